@@ -1,0 +1,2 @@
+//! The `rnic` command-line tool.
+fn main() {}
