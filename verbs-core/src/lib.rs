@@ -10,6 +10,7 @@
 
 mod device;
 mod error;
+mod time;
 mod transitions;
 mod types;
 
@@ -18,5 +19,6 @@ pub use device::{
     Qp, QpHandle, QpInitAttr,
 };
 pub use error::{Errno, Error, PostError, Result};
+pub use time::SimTime;
 pub use transitions::{check_modify, transition_masks, TransitionMasks};
 pub use types::*;
