@@ -3,7 +3,7 @@
 //! Offsets are *msg offsets* (cm-spec §0: from the first byte after the 24-byte MAD header).
 //! Every accessor is total: an out-of-range offset reads as zero and writes nothing, so no input
 //! can make the codec panic. Bit-field placement follows the IBTA `Byte[Bit]` notation that
-//! Linux's `IBA_FIELD_BLOC` uses (cm-spec §2.1 "Field-location rules" [iba]): `bit_offset`
+//! Linux's `IBA_FIELD_BLOC` uses (cm-spec §2.1 "Field-location rules" \[iba\]): `bit_offset`
 //! counts from the most significant bit of the byte.
 
 /// `N` bytes at `off`, or zeros when out of range.

@@ -9,7 +9,7 @@ use super::{
     IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE,
 };
 
-/// rdma_cm port spaces, numbered as `enum rdma_ucm_port_space` [rdma_cma.h].
+/// rdma_cm port spaces, numbered as `enum rdma_ucm_port_space` \[rdma_cma.h\].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u16)]
 pub enum RdmaPortSpace {
@@ -72,7 +72,7 @@ pub const IP_CM_HEADER_SIZE: usize = 36;
 /// `CMA_VERSION`: the only header version Linux accepts.
 pub const CMA_VERSION: u8 = 0x00;
 /// User private data an `rdma_connect` in the TCP port space may carry in the REQ:
-/// 92 − 36 = 56 bytes [man:rdma_connect.3].
+/// 92 − 36 = 56 bytes \[man:rdma_connect.3\].
 pub const RDMA_TCP_REQ_USER_PRIVATE_DATA_MAX: usize =
     IB_CM_REQ_PRIVATE_DATA_SIZE - IP_CM_HEADER_SIZE;
 /// User private data in a UDP-port-space SIDR_REQ: 216 − 36 = 180 bytes.

@@ -1,7 +1,7 @@
 //! The CM messages (IBTA vol. 1 ch. 12 tables 106–120) as Rust structs, and their layouts.
 //!
 //! Every offset below is a *msg offset* (from the first byte after the MAD header), exactly as
-//! cm-spec §2.2–§2.6 and Linux `ibta_vol1_c12.h` [c12] give it. Fields narrower than their
+//! cm-spec §2.2–§2.6 and Linux `ibta_vol1_c12.h` \[c12\] give it. Fields narrower than their
 //! Rust type are masked to their width on encode (as Linux's `IBA_SET` does); reserved bits are
 //! written as zero and ignored on decode.
 

@@ -4,7 +4,7 @@
 //! §1.4). [`CmMessage::encode`] builds one from a message; [`decode`] parses one and is total:
 //! any input, of any length, gives either a message or a [`WireError`], never a panic. All
 //! multi-byte fields are big-endian; bit-field placement follows cm-spec §2.1
-//! ("Field-location rules") and Linux `ibta_vol1_c12.h` [c12].
+//! ("Field-location rules") and Linux `ibta_vol1_c12.h` \[c12\].
 //!
 //! rdma_cm's use of the REQ — the IP service ID and the 36-byte IP-CM private-data header —
 //! is in [`ip_service_id`], [`parse_ip_service_id`] and [`IpCmHeader`] (cm-spec §2.10).

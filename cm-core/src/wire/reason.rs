@@ -1,6 +1,6 @@
 //! Numbered enumerations carried in CM messages: REJ reasons and the MRA/REJ message codes.
 
-/// REJ reason codes, numbered and named as Linux `enum ib_cm_rej_reason` [ib_cm.h]
+/// REJ reason codes, numbered and named as Linux `enum ib_cm_rej_reason` \[ib_cm.h\]
 /// (cm-spec §2.5). Value 34 is unassigned.
 ///
 /// [`Rej::reason`](super::Rej::reason) holds the raw 16-bit value so a REJ with an unlisted
@@ -112,7 +112,7 @@ impl TryFrom<u16> for RejectReason {
 }
 
 /// Which message an MRA acknowledges ("Message MRAed") or a REJ rejects ("Message Rejected"):
-/// a 2-bit field, Linux `enum cm_msg_response` [cm_msgs.h] (cm-spec §2.5). Value 3 is reserved
+/// a 2-bit field, Linux `enum cm_msg_response` \[cm_msgs.h\] (cm-spec §2.5). Value 3 is reserved
 /// and fails to decode ([`WireError::BadMsgResponse`](super::WireError::BadMsgResponse)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[repr(u8)]
