@@ -78,13 +78,12 @@ fn put_private_data(
     Ok(())
 }
 
-fn check_info_len(len: usize, attribute_id: u16) -> Result<(), WireError> {
-    // Both REJ ARI and SIDR_REP additional information are 72-byte fields.
-    if len > IB_CM_REJ_ARI_LENGTH {
+fn check_info_len(len: usize, max: usize, attribute_id: u16) -> Result<(), WireError> {
+    if len > max {
         return Err(WireError::InfoTooLong {
             attribute_id,
             len,
-            max: IB_CM_REJ_ARI_LENGTH,
+            max,
         });
     }
     Ok(())
@@ -351,7 +350,7 @@ pub struct Rej {
 
 impl Rej {
     fn encode_into(&self, d: &mut [u8]) -> Result<(), WireError> {
-        check_info_len(self.ari.len(), CM_REJ_ATTR_ID)?;
+        check_info_len(self.ari.len(), IB_CM_REJ_ARI_LENGTH, CM_REJ_ATTR_ID)?;
         put_u32(d, 0, self.local_comm_id);
         put_u32(d, 4, self.remote_comm_id);
         put_bits(d, 8, 0, 2, self.message_rejected as u8);
@@ -370,7 +369,7 @@ impl Rej {
 
     fn decode_from(d: &[u8]) -> Result<Self, WireError> {
         let ari_len = usize::from(bits_at(d, 9, 0, 7));
-        check_info_len(ari_len, CM_REJ_ATTR_ID)?;
+        check_info_len(ari_len, IB_CM_REJ_ARI_LENGTH, CM_REJ_ATTR_ID)?;
         Ok(Rej {
             local_comm_id: u32_at(d, 0),
             remote_comm_id: u32_at(d, 4),
@@ -606,7 +605,7 @@ pub struct SidrRep {
 impl SidrRep {
     fn encode_into(&self, d: &mut [u8]) -> Result<(), WireError> {
         let info_len = self.additional_information.len();
-        check_info_len(info_len, CM_SIDR_REP_ATTR_ID)?;
+        check_info_len(info_len, IB_CM_SIDR_REP_INFO_LENGTH, CM_SIDR_REP_ATTR_ID)?;
         let [_, vendor_h, vendor_m, vendor_l] = self.vendor_id.to_be_bytes();
         put_u32(d, 0, self.request_id);
         put_u8(d, 4, self.status);
@@ -628,7 +627,7 @@ impl SidrRep {
 
     fn decode_from(d: &[u8]) -> Result<Self, WireError> {
         let info_len = usize::from(u8_at(d, 5));
-        check_info_len(info_len, CM_SIDR_REP_ATTR_ID)?;
+        check_info_len(info_len, IB_CM_SIDR_REP_INFO_LENGTH, CM_SIDR_REP_ATTR_ID)?;
         let [vendor_h, vendor_m] = bytes::<2>(d, 6);
         Ok(SidrRep {
             request_id: u32_at(d, 0),
