@@ -5,3 +5,5 @@
 //! simulated RNIC, so the same code drives real hardware.
 //!
 //! Only the modules listed below exist so far; the engine and API arrive with their issue.
+
+pub mod wire;
