@@ -1,0 +1,1 @@
+//! Real UDP driver (in progress).
