@@ -527,3 +527,73 @@ fn step_limit_reports_a_livelocked_endpoint_instead_of_hanging() {
     assert_eq!(sim.steps(), 1_000);
     assert_eq!(sim.now(), SimTime::ZERO);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn faults() -> impl Strategy<Value = PathFaults> {
+        (
+            0.0..0.5f64,
+            0.0..0.5f64,
+            0.0..0.5f64,
+            0u64..3_000_000,
+            any::<bool>(),
+        )
+            .prop_map(
+                |(loss, duplicate, corrupt, jitter, exponential)| PathFaults {
+                    loss,
+                    duplicate,
+                    corrupt,
+                    delay: Delay {
+                        base_ns: 50_000,
+                        jitter: if exponential {
+                            Jitter::Exponential { mean_ns: jitter }
+                        } else {
+                            Jitter::Uniform { max_ns: jitter }
+                        },
+                    },
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn any_seed_and_plan_replay_identically(seed in any::<u64>(), f in faults()) {
+            let a = ping_scenario(seed, FaultPlan::new(f));
+            let b = ping_scenario(seed, FaultPlan::new(f));
+            prop_assert_eq!(a.fabric.trace_hash(), b.fabric.trace_hash());
+            prop_assert_eq!(a.fabric.trace(), b.fabric.trace());
+        }
+
+        #[test]
+        fn every_datagram_ends_exactly_once_delivered_or_dropped(seed in any::<u64>(), f in faults()) {
+            let sim = ping_scenario(seed, FaultPlan::new(f));
+            prop_assert_eq!(sim.fabric.in_flight(), 0);
+            let mut endings: BTreeMap<u64, u32> = BTreeMap::new();
+            for e in sim.fabric.trace() {
+                match e.kind {
+                    FabricEventKind::Sent { .. } => {
+                        endings.entry(e.packet).or_default();
+                    }
+                    FabricEventKind::Duplicated { copy } => {
+                        endings.entry(copy).or_default();
+                    }
+                    FabricEventKind::Delivered { .. } | FabricEventKind::Dropped(_) => {
+                        *endings.entry(e.packet).or_default() += 1;
+                    }
+                    FabricEventKind::Corrupted { .. } => {}
+                }
+            }
+            prop_assert!(endings.values().all(|&n| n == 1), "{:?}", endings);
+            let s = sim.fabric.stats();
+            prop_assert_eq!(
+                s.sent + s.duplicated,
+                s.delivered + s.lost + s.partitioned + s.crashed + s.no_listener
+            );
+        }
+    }
+}
