@@ -4,4 +4,6 @@
 //! transport, and the RoCEv2 packet format it speaks. Sans-IO: packets in, packets out, time
 //! passed in; the drivers (the deterministic fabric, the UDP fabric) do the I/O.
 
+pub mod fabric;
+pub mod rng;
 pub mod roce;

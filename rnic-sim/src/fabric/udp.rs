@@ -1,0 +1,416 @@
+//! The real-time fabric: runs one [`Endpoint`] on a real UDP socket with the wall clock
+//! (ARCHITECTURE.md, "real-time driver").
+//!
+//! **I/O boundary.** This module is the only place in `rnic-sim` that reads a clock, owns a
+//! socket or starts a thread; everything it drives is the same sans-IO [`Endpoint`] that runs
+//! on the deterministic [`Simulation`](super::Simulation). Its time is "nanoseconds since the
+//! driver was created", handed to the endpoint as a [`SimTime`].
+//!
+//! Two ways to use it:
+//! * async, in your tokio runtime: [`UdpDriver::bind`] (or [`UdpDriver::from_socket`]), take a
+//!   [`UdpHandle`], then `tokio::spawn(driver.run())`;
+//! * blocking, without a runtime of your own: [`UdpDriver::spawn`] runs the driver on its own
+//!   thread with a current-thread runtime and returns a [`SpawnedUdpDriver`].
+//!
+//! The loop: drain [`poll_transmit`](Endpoint::poll_transmit) into `send_to`, then wait for the
+//! first of a datagram ([`handle_datagram`](Endpoint::handle_datagram)), the endpoint's
+//! deadline ([`handle_timeout`](Endpoint::handle_timeout)), a poke from a handle, or a stop.
+//! UDP is lossy by nature: a failed `send_to` drops the datagram and is counted, as the
+//! simulated fabric would drop it.
+
+// This module is the I/O driver: reading the wall clock (`Instant::now`) and owning a thread
+// (`thread::Builder::spawn`) is its job, so the determinism lints of clippy.toml are lifted here
+// and only here.
+#![allow(clippy::disallowed_methods)]
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::UdpSocket;
+use verbs_core::SimTime;
+
+use super::Endpoint;
+use crate::roce::ROCE_V2_UDP_DPORT;
+
+/// The default local address: `127.0.0.1:4791` (the RoCEv2 port on loopback).
+pub const DEFAULT_BIND: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, ROCE_V2_UDP_DPORT));
+
+/// The receive buffer size in bytes: the largest UDP payload.
+pub const MAX_DATAGRAM: usize = 65_535;
+
+/// Counters of a UDP driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UdpStats {
+    /// Datagrams received and handed to the endpoint.
+    pub received: u64,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Datagrams dropped because `send_to` failed.
+    pub send_errors: u64,
+    /// Receive errors that were ignored (ICMP-induced `ECONNREFUSED`/`ECONNRESET`).
+    pub recv_errors: u64,
+}
+
+struct State<E> {
+    endpoint: E,
+    stats: UdpStats,
+    stop_requested: bool,
+    stopped: bool,
+}
+
+/// What the driver and its handles share.
+struct Shared<E> {
+    state: Mutex<State<E>>,
+    /// The wall-clock epoch: `SimTime::ZERO`.
+    epoch: Instant,
+    /// Wakes blocking waiters after every change.
+    changed: Condvar,
+    /// Wakes async waiters after every change.
+    changed_async: tokio::sync::Notify,
+    /// Wakes the driver loop (a handle touched the endpoint or asked to stop).
+    wake: tokio::sync::Notify,
+}
+
+impl<E> Shared<E> {
+    fn new(endpoint: E) -> Arc<Self> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                endpoint,
+                stats: UdpStats::default(),
+                stop_requested: false,
+                stopped: false,
+            }),
+            epoch: Instant::now(),
+            changed: Condvar::new(),
+            changed_async: tokio::sync::Notify::new(),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The state; a panic in another holder does not make it unusable.
+    fn lock(&self) -> MutexGuard<'_, State<E>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Nanoseconds since the epoch.
+    fn now(&self) -> SimTime {
+        SimTime::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The wall-clock instant of `t`.
+    fn instant(&self, t: SimTime) -> tokio::time::Instant {
+        let at = self
+            .epoch
+            .checked_add(Duration::from_nanos(t.as_nanos()))
+            // Beyond the representable future: a day from now is as good as never.
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+        tokio::time::Instant::from_std(at)
+    }
+
+    fn notify_changed(&self) {
+        self.changed.notify_all();
+        self.changed_async.notify_waiters();
+    }
+}
+
+/// A cloneable handle to a running (or not yet started) driver: use the endpoint, wait for a
+/// condition on it, read the counters, stop the driver.
+pub struct UdpHandle<E> {
+    shared: Arc<Shared<E>>,
+    local_addr: SocketAddr,
+}
+
+impl<E> Clone for UdpHandle<E> {
+    fn clone(&self) -> Self {
+        UdpHandle {
+            shared: Arc::clone(&self.shared),
+            local_addr: self.local_addr,
+        }
+    }
+}
+
+impl<E> UdpHandle<E> {
+    /// The counters.
+    pub fn stats(&self) -> UdpStats {
+        self.shared.lock().stats
+    }
+
+    /// Asks the driver to stop; [`UdpDriver::run`] then returns `Ok(())` and the socket is
+    /// closed. The endpoint stays readable through the handle.
+    pub fn stop(&self) {
+        self.shared.lock().stop_requested = true;
+        self.shared.wake.notify_one();
+    }
+
+    /// Whether the driver loop has ended.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.lock().stopped
+    }
+
+    /// The socket's local address (with the port the OS chose if bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The driver's current time (ns since it was created).
+    pub fn now(&self) -> SimTime {
+        self.shared.now()
+    }
+
+    /// Runs `f` on the endpoint with the current time (to call its API: connect, send, …),
+    /// then wakes the driver so that what the endpoint now wants to send goes out and its new
+    /// deadline is honoured. Blocks while the driver is inside an endpoint call.
+    pub fn with<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
+        let r = {
+            let mut st = self.shared.lock();
+            f(&mut st.endpoint, self.shared.now())
+        };
+        self.shared.wake.notify_one();
+        self.shared.notify_changed();
+        r
+    }
+
+    /// Blocks until `cond` holds for the endpoint (checked after every event the driver
+    /// handles), the driver stops, or `timeout` passes. Returns whether `cond` holds. Not for
+    /// use on a runtime thread: use [`wait_until_async`](Self::wait_until_async) there.
+    pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&E) -> bool) -> bool {
+        let guard = self.shared.lock();
+        let (guard, _) = self
+            .shared
+            .changed
+            .wait_timeout_while(guard, timeout, |st| !st.stopped && !cond(&st.endpoint))
+            .unwrap_or_else(PoisonError::into_inner);
+        cond(&guard.endpoint)
+    }
+
+    /// Waits until `cond` holds for the endpoint or the driver stops; returns whether `cond`
+    /// holds. Wrap it in `tokio::time::timeout` to bound the wait.
+    pub async fn wait_until_async(&self, mut cond: impl FnMut(&E) -> bool) -> bool {
+        loop {
+            let notified = self.shared.changed_async.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a change between the check and the await is seen.
+            notified.as_mut().enable();
+            {
+                let st = self.shared.lock();
+                if cond(&st.endpoint) || st.stopped {
+                    return cond(&st.endpoint);
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Runs one [`Endpoint`] on a tokio UDP socket with the wall clock. See the module docs.
+pub struct UdpDriver<E> {
+    shared: Arc<Shared<E>>,
+    socket: UdpSocket,
+    local_addr: SocketAddr,
+}
+
+impl<E: Endpoint + Send + 'static> UdpDriver<E> {
+    /// Binds a UDP socket on `addr` ([`DEFAULT_BIND`] for the usual RoCEv2 port on loopback,
+    /// port 0 for any free port) for `endpoint`. Must be called inside a tokio runtime.
+    ///
+    /// Errors: those of `bind` (e.g. `EADDRINUSE`).
+    pub async fn bind(endpoint: E, addr: SocketAddr) -> io::Result<Self> {
+        let socket = UdpSocket::bind(addr).await?;
+        UdpDriver::from_socket(endpoint, socket)
+    }
+
+    /// A driver for `endpoint` on an already bound tokio socket.
+    ///
+    /// Errors: the socket has no local address.
+    pub fn from_socket(endpoint: E, socket: UdpSocket) -> io::Result<Self> {
+        let local_addr = socket.local_addr()?;
+        Ok(UdpDriver {
+            shared: Shared::new(endpoint),
+            socket,
+            local_addr,
+        })
+    }
+
+    /// The socket's local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A handle to use the endpoint and stop the driver.
+    pub fn handle(&self) -> UdpHandle<E> {
+        UdpHandle {
+            shared: Arc::clone(&self.shared),
+            local_addr: self.local_addr,
+        }
+    }
+
+    /// Runs `endpoint` on a std socket bound by the caller (e.g. to `127.0.0.1:0`, to learn the
+    /// port first), on a new thread with its own current-thread tokio runtime. Works with or
+    /// without a runtime on the calling thread.
+    ///
+    /// Errors: the socket cannot be made non-blocking or has no local address; the thread
+    /// cannot be created.
+    pub fn spawn(endpoint: E, socket: std::net::UdpSocket) -> io::Result<SpawnedUdpDriver<E>> {
+        socket.set_nonblocking(true)?;
+        let local_addr = socket.local_addr()?;
+        let shared = Shared::new(endpoint);
+        let handle = UdpHandle {
+            shared: Arc::clone(&shared),
+            local_addr,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("rnic-udp-{local_addr}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .enable_time()
+                    .build()?;
+                runtime.block_on(async move {
+                    let socket = UdpSocket::from_std(socket)?;
+                    let driver = UdpDriver {
+                        shared,
+                        socket,
+                        local_addr,
+                    };
+                    driver.run().await
+                })
+            })?;
+        Ok(SpawnedUdpDriver {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// Binds `addr` with a std socket and [`spawn`](Self::spawn)s a driver on it.
+    ///
+    /// Errors: those of `bind` (e.g. `EADDRINUSE`) and of [`spawn`](Self::spawn).
+    pub fn spawn_bind(endpoint: E, addr: SocketAddr) -> io::Result<SpawnedUdpDriver<E>> {
+        UdpDriver::spawn(endpoint, std::net::UdpSocket::bind(addr)?)
+    }
+
+    /// The driver loop; returns `Ok(())` after [`UdpHandle::stop`].
+    ///
+    /// Errors: a receive error other than the ICMP-induced `ECONNREFUSED`/`ECONNRESET` (which
+    /// are counted and ignored) ends the loop with that error.
+    pub async fn run(self) -> io::Result<()> {
+        let shared = Arc::clone(&self.shared);
+        let result = self.run_loop().await;
+        shared.lock().stopped = true;
+        shared.notify_changed();
+        result
+    }
+
+    async fn run_loop(self) -> io::Result<()> {
+        let shared = &self.shared;
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        loop {
+            // Drain what the endpoint wants to send and read its deadline (no await under the
+            // lock).
+            let (outgoing, deadline) = {
+                let mut st = shared.lock();
+                if st.stop_requested {
+                    return Ok(());
+                }
+                let now = shared.now();
+                let mut out = Vec::new();
+                while let Some(t) = st.endpoint.poll_transmit(now) {
+                    out.push(t);
+                }
+                (out, st.endpoint.poll_timeout())
+            };
+            if !outgoing.is_empty() {
+                let (mut sent, mut failed) = (0, 0);
+                for (dst, bytes) in outgoing {
+                    match self.socket.send_to(&bytes, dst).await {
+                        Ok(_) => sent += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+                let mut st = shared.lock();
+                st.stats.sent += sent;
+                st.stats.send_errors += failed;
+            }
+
+            let wake_at = shared.instant(deadline.unwrap_or(SimTime::MAX));
+            tokio::select! {
+                r = self.socket.recv_from(&mut buf) => match r {
+                    Ok((n, src)) => {
+                        let bytes = Bytes::copy_from_slice(&buf[..n]);
+                        let mut st = shared.lock();
+                        st.endpoint.handle_datagram(shared.now(), src, bytes);
+                        st.stats.received += 1;
+                    }
+                    Err(e) if is_icmp_error(&e) => shared.lock().stats.recv_errors += 1,
+                    Err(e) => return Err(e),
+                },
+                () = tokio::time::sleep_until(wake_at), if deadline.is_some() => {
+                    let mut st = shared.lock();
+                    let now = shared.now();
+                    if st.endpoint.poll_timeout().is_some_and(|d| d <= now) {
+                        st.endpoint.handle_timeout(now);
+                    }
+                }
+                () = shared.wake.notified() => {}
+            }
+            shared.notify_changed();
+        }
+    }
+}
+
+/// A receive error caused by an ICMP message about an earlier send (a closed port on the peer):
+/// UDP semantics say drop and go on.
+fn is_icmp_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// A [`UdpDriver`] running on its own thread (from [`UdpDriver::spawn`]). Dropping it stops the
+/// driver and joins the thread.
+pub struct SpawnedUdpDriver<E> {
+    handle: UdpHandle<E>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl<E> SpawnedUdpDriver<E> {
+    /// The handle (clone it to keep it after [`shutdown`](Self::shutdown)).
+    pub fn handle(&self) -> &UdpHandle<E> {
+        &self.handle
+    }
+
+    /// The socket's local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.handle.local_addr
+    }
+
+    /// Stops the driver and waits for its thread.
+    ///
+    /// Errors: the error the driver loop ended with, or `Other` if the thread panicked (e.g.
+    /// the endpoint panicked).
+    pub fn shutdown(mut self) -> io::Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> io::Result<()> {
+        self.handle.stop();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("UDP driver thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<E> Drop for SpawnedUdpDriver<E> {
+    fn drop(&mut self) {
+        // Errors were the caller's to collect with `shutdown`.
+        let _ = self.stop_and_join();
+    }
+}

@@ -1,0 +1,177 @@
+//! The real UDP fabric on loopback: the same sans-IO endpoints as in the simulation, over real
+//! sockets on ports the OS picks (bind to port 0). Waits are bounded by generous timeouts and
+//! end as soon as the condition holds; nothing here measures speed.
+
+// Test helpers outside #[test] fns may unwrap too (clippy.toml allows it only inside tests).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rnic_sim::fabric::udp::UdpDriver;
+use rnic_sim::fabric::Endpoint;
+use verbs_core::SimTime;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Echoes every datagram back to its sender.
+struct Echo {
+    addr: SocketAddr,
+    outbox: VecDeque<(SocketAddr, Bytes)>,
+    echoed: u64,
+}
+
+impl Echo {
+    fn new(addr: SocketAddr) -> Self {
+        Echo {
+            addr,
+            outbox: VecDeque::new(),
+            echoed: 0,
+        }
+    }
+}
+
+impl Endpoint for Echo {
+    fn handle_datagram(&mut self, _now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.echoed += 1;
+        self.outbox.push_back((src, bytes));
+    }
+    fn poll_transmit(&mut self, _now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        self.outbox.pop_front()
+    }
+    fn poll_timeout(&self) -> Option<SimTime> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: SimTime) {}
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// Sends `remaining` pings to `server`, one per timer tick 1 ms apart, and records the replies.
+struct Pinger {
+    addr: SocketAddr,
+    server: SocketAddr,
+    remaining: u32,
+    sent: u32,
+    next_tick: Option<SimTime>,
+    outbox: VecDeque<(SocketAddr, Bytes)>,
+    replies: Vec<Bytes>,
+}
+
+impl Pinger {
+    fn new(addr: SocketAddr, server: SocketAddr, count: u32) -> Self {
+        Pinger {
+            addr,
+            server,
+            remaining: count,
+            sent: 0,
+            next_tick: Some(SimTime::ZERO),
+            outbox: VecDeque::new(),
+            replies: Vec::new(),
+        }
+    }
+
+    fn ping(&mut self) {
+        let payload = Bytes::from(format!("ping {}", self.sent));
+        self.sent += 1;
+        self.outbox.push_back((self.server, payload));
+    }
+}
+
+impl Endpoint for Pinger {
+    fn handle_datagram(&mut self, _now: SimTime, _src: SocketAddr, bytes: Bytes) {
+        self.replies.push(bytes);
+    }
+    fn poll_transmit(&mut self, _now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        self.outbox.pop_front()
+    }
+    fn poll_timeout(&self) -> Option<SimTime> {
+        self.next_tick
+    }
+    fn handle_timeout(&mut self, now: SimTime) {
+        self.ping();
+        self.remaining -= 1;
+        self.next_tick = (self.remaining > 0).then(|| now.plus_nanos(1_000_000));
+    }
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn loopback_socket() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+fn sorted(mut v: Vec<Bytes>) -> Vec<Bytes> {
+    v.sort();
+    v
+}
+
+fn pings(n: u32) -> Vec<Bytes> {
+    sorted((0..n).map(|i| Bytes::from(format!("ping {i}"))).collect())
+}
+
+#[test]
+fn echo_endpoints_exchange_datagrams_over_real_udp_on_loopback() {
+    let server_socket = loopback_socket();
+    let server_addr = server_socket.local_addr().unwrap();
+    let client_socket = loopback_socket();
+    let client_addr = client_socket.local_addr().unwrap();
+
+    let server = UdpDriver::spawn(Echo::new(server_addr), server_socket).unwrap();
+    let client = UdpDriver::spawn(Pinger::new(client_addr, server_addr, 5), client_socket).unwrap();
+    assert_eq!(server.local_addr(), server_addr);
+
+    // Five timer-driven pings come back.
+    assert!(client.handle().wait_until(WAIT, |p| p.replies.len() == 5));
+    // A ping queued through the handle goes out at once (the handle wakes the driver).
+    client.handle().with(|p, _now| p.ping());
+    assert!(client.handle().wait_until(WAIT, |p| p.replies.len() == 6));
+
+    let replies = client.handle().with(|p, _| p.replies.clone());
+    assert_eq!(sorted(replies), pings(6));
+    assert_eq!(server.handle().with(|e, _| e.echoed), 6);
+    let (cs, ss) = (client.handle().stats(), server.handle().stats());
+    assert_eq!((cs.sent, cs.received, ss.received, ss.sent), (6, 6, 6, 6));
+
+    let client_handle = client.handle().clone();
+    client.shutdown().unwrap();
+    server.shutdown().unwrap();
+    assert!(client_handle.is_stopped());
+}
+
+#[test]
+fn async_driver_runs_in_the_callers_tokio_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let server = UdpDriver::bind(Echo::new(any_port), any_port)
+            .await
+            .unwrap();
+        let server_addr = server.local_addr();
+        let client_socket = tokio::net::UdpSocket::bind(any_port).await.unwrap();
+        let client_addr = client_socket.local_addr().unwrap();
+        let client =
+            UdpDriver::from_socket(Pinger::new(client_addr, server_addr, 3), client_socket)
+                .unwrap();
+        let (sh, ch) = (server.handle(), client.handle());
+        let server_task = tokio::spawn(server.run());
+        let client_task = tokio::spawn(client.run());
+
+        let done = tokio::time::timeout(WAIT, ch.wait_until_async(|p| p.replies.len() == 3));
+        assert!(done.await.unwrap());
+        assert_eq!(sorted(ch.with(|p, _| p.replies.clone())), pings(3));
+
+        ch.stop();
+        sh.stop();
+        client_task.await.unwrap().unwrap();
+        server_task.await.unwrap().unwrap();
+        assert!(ch.is_stopped() && sh.is_stopped());
+    });
+}
