@@ -319,3 +319,29 @@ pub trait Device {
     /// `None`. Events are handed over already acknowledged (`ibv_ack_async_event` is implied).
     fn get_async_event(&mut self) -> Option<AsyncEvent>;
 }
+
+/// A management datagram received on the GSI endpoint (QP1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GsiDatagram {
+    /// The sender's port GID (RoCEv2: its IPv4-mapped IP address).
+    pub peer: Gid,
+    /// The MAD: 256 bytes when well formed (cm-spec §1.4); the CM validates it.
+    pub mad: Vec<u8>,
+}
+
+/// The General Services Interface endpoint (QP1, Q_Key 0x80010000) through which the connection
+/// manager sends and receives its MADs (cm-spec §1.1–1.3).
+///
+/// The simulated RNIC carries MADs as RoCEv2 UD SEND_ONLY packets to QP1 of the destination;
+/// a hardware backend, whose QP1 the kernel owns, carries the same bytes over a host UDP socket.
+pub trait GsiEndpoint {
+    /// Sends one MAD to the GSI QP of the port whose GID is `dst`. Delivery is unreliable, as UD
+    /// is; the CM retransmits.
+    ///
+    /// # Errors
+    /// `EINVAL` when `mad` is not 256 bytes; `ENETUNREACH` when `dst` cannot be routed.
+    fn gsi_send(&mut self, dst: Gid, mad: &[u8]) -> Result<()>;
+
+    /// The oldest received MAD not yet taken, or `None`.
+    fn gsi_recv(&mut self) -> Option<GsiDatagram>;
+}

@@ -38,6 +38,8 @@ pub enum Errno {
     ENOSYS = 38,
     /// Operation not supported (95).
     EOPNOTSUPP = 95,
+    /// Address family not supported (97): an IP-CM header with an IP version other than 4/6.
+    EAFNOSUPPORT = 97,
     /// Address in use (98).
     EADDRINUSE = 98,
     /// Address not available (99).
@@ -74,6 +76,7 @@ impl Errno {
             Errno::ENOSPC => "ENOSPC",
             Errno::ENOSYS => "ENOSYS",
             Errno::EOPNOTSUPP => "EOPNOTSUPP",
+            Errno::EAFNOSUPPORT => "EAFNOSUPPORT",
             Errno::EADDRINUSE => "EADDRINUSE",
             Errno::EADDRNOTAVAIL => "EADDRNOTAVAIL",
             Errno::ENETUNREACH => "ENETUNREACH",

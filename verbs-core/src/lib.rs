@@ -15,8 +15,8 @@ mod transitions;
 mod types;
 
 pub use device::{
-    AsyncElement, AsyncEvent, CompChannel, CqHandle, CqNotifier, Device, Mr, MrHandle, PdHandle,
-    Qp, QpHandle, QpInitAttr,
+    AsyncElement, AsyncEvent, CompChannel, CqHandle, CqNotifier, Device, GsiDatagram, GsiEndpoint,
+    Mr, MrHandle, PdHandle, Qp, QpHandle, QpInitAttr,
 };
 pub use error::{Errno, Error, PostError, Result};
 pub use time::SimTime;

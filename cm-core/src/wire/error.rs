@@ -77,11 +77,10 @@ impl WireError {
     /// The errno Linux reports for the same condition.
     ///
     /// All cases are `EINVAL` except [`WireError::BadIpVersion`], where Linux returns
-    /// `EAFNOSUPPORT` (97); `verbs_core::Errno` has no such value yet, so `EOPNOTSUPP` (the
-    /// closest one it has) stands in.
+    /// `EAFNOSUPPORT` (97) [cma.c `cma_save_ip_info`].
     pub fn errno(&self) -> Errno {
         match self {
-            WireError::BadIpVersion(_) => Errno::EOPNOTSUPP,
+            WireError::BadIpVersion(_) => Errno::EAFNOSUPPORT,
             _ => Errno::EINVAL,
         }
     }
