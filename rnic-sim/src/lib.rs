@@ -3,7 +3,29 @@
 //! The verbs objects of a real RNIC with real state-change and flush semantics, its RC and UD
 //! transport, and the RoCEv2 packet format it speaks. Sans-IO: packets in, packets out, time
 //! passed in; the drivers (the deterministic fabric, the UDP fabric) do the I/O.
+//!
+//! [`SimDevice`] implements [`verbs_core::Device`]; [`pump::pump_pair`] connects two devices
+//! with a lossless wire. Behaviour choices and their sources: `docs/semantics-verbs.md`.
+
+mod cq;
+mod device;
+mod mr;
+mod psn;
+mod qp;
+mod rc;
+mod ud;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+pub mod pump;
 
 pub mod fabric;
 pub mod rng;
 pub mod roce;
+
+pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
+pub use psn::{psn_add, psn_diff};
+pub use ud::GRH_BYTES;

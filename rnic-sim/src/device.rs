@@ -1,0 +1,750 @@
+//! The simulated RNIC: [`SimDevice`] implements [`verbs_core::Device`] and exchanges RoCEv2
+//! packets with its fabric through a sans-IO interface (`poll_transmit`, `handle_packet`,
+//! `poll_timeout`, `handle_timeout`).
+
+use crate::cq::{Cq, CqPush};
+use crate::mr::MrTable;
+use crate::qp::SimQp;
+use crate::rc::is_response;
+use crate::roce::Packet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use verbs_core::{
+    check_modify, AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, CompChannel, CqHandle,
+    Device, DeviceAttr, Errno, Error, Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState,
+    PostError, Qp, QpAttr, QpAttrMask, QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result,
+    SendWr, SimTime, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
+};
+
+/// A packet the device wants on the wire: the RoCEv2 transport packet and the GID of the node
+/// it is for. The source GID is the device's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination GID (the peer's IPv4-mapped address on RoCEv2).
+    pub dst: Gid,
+    /// The packet.
+    pub packet: Packet,
+}
+
+/// Counters of packets the device dropped or ignored, by reason, and of transport events.
+/// Every malformed or unexpected packet from the network lands in exactly one drop counter;
+/// none of them panics or disturbs an unrelated QP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Dropped: extension headers do not match the opcode, or a payload where none may be.
+    pub malformed: u64,
+    /// Dropped: P_Key is not the default partition (0xFFFF / 0x7FFF).
+    pub bad_pkey: u64,
+    /// Dropped: no QP with the BTH destination QPN.
+    pub unknown_qp: u64,
+    /// Dropped: opcode of another transport than the QP's (e.g. UD on an RC QP).
+    pub wrong_qp_type: u64,
+    /// Dropped: the QP's state does not accept it (RESET, INIT, ERR; responses outside RTS/SQD).
+    pub qp_not_ready: u64,
+    /// Dropped: RC packet from a GID other than the QP's destination.
+    pub wrong_source: u64,
+    /// Dropped: request PSN ahead of the expected one (a NAK is sent once).
+    pub psn_out_of_seq: u64,
+    /// Duplicate requests (answered from the ACK state or responder resources, not executed).
+    pub duplicate_requests: u64,
+    /// Ignored: responses older than the oldest unacknowledged PSN, or out of order.
+    pub stale_responses: u64,
+    /// Ignored: responses with no outstanding request.
+    pub unexpected_responses: u64,
+    /// Dropped: UD datagram whose Q_Key does not match the QP's.
+    pub qkey_mismatch: u64,
+    /// Dropped: UD datagram with no receive posted (UD has no RNR).
+    pub ud_no_recv: u64,
+    /// Dropped: UD datagram larger than the receive buffer.
+    pub ud_too_long: u64,
+    /// Completions lost because their CQ had overrun.
+    pub completions_lost: u64,
+    /// Coalesced ACKs sent.
+    pub acks_sent: u64,
+    /// PSN-sequence-error NAKs sent.
+    pub seq_naks_sent: u64,
+    /// PSN-sequence-error NAKs received.
+    pub seq_naks_received: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Retransmit-timer expiries that led to a retry.
+    pub timeouts: u64,
+    /// Go-back-N retries started (timeouts and sequence NAKs).
+    pub retries: u64,
+}
+
+/// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The device's GID.
+    pub gid: Gid,
+    /// Memory regions.
+    pub mrs: MrTable,
+    /// CQs by handle value.
+    pub cqs: BTreeMap<u32, Cq>,
+    /// Pending async events.
+    pub events: VecDeque<AsyncEvent>,
+    /// Packets waiting for `poll_transmit`, in order.
+    pub tx: VecDeque<Transmit>,
+    /// Counters.
+    pub counters: Counters,
+    /// Requester window: PSNs sent but not acknowledged.
+    pub max_unacked_psns: u32,
+    /// Request packets between two that ask for an ACK.
+    pub max_pkts_per_ack: u32,
+}
+
+impl Shared {
+    /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
+    /// `CQ_ERR` the first time) or the CQ is unknown.
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(&cq.0) else {
+            self.counters.completions_lost += 1;
+            return false;
+        };
+        match c.push(wc, solicited) {
+            CqPush::Stored => true,
+            CqPush::Overran => {
+                self.counters.completions_lost += 1;
+                self.events.push_back(AsyncEvent {
+                    event_type: AsyncEventType::CqErr,
+                    element: AsyncElement::Cq(cq),
+                });
+                false
+            }
+            CqPush::Dropped => {
+                self.counters.completions_lost += 1;
+                false
+            }
+        }
+    }
+}
+
+/// Configuration of a [`SimDevice`]: identity and limits. [`SimDeviceConfig::new`] gives
+/// rxe-like defaults (`rxe_param.h`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimDeviceConfig {
+    /// Device name, e.g. `"sim0"`.
+    pub name: String,
+    /// The port's GID (index 0), IPv4-mapped on RoCEv2.
+    pub gid: Gid,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// Maximum QPs.
+    pub max_qp: u32,
+    /// Maximum WRs per queue.
+    pub max_qp_wr: u32,
+    /// Maximum SGEs per WR.
+    pub max_sge: u32,
+    /// Maximum CQs.
+    pub max_cq: u32,
+    /// Maximum completions per CQ.
+    pub max_cqe: u32,
+    /// Maximum MRs.
+    pub max_mr: u32,
+    /// Maximum PDs.
+    pub max_pd: u32,
+    /// Largest MR in bytes.
+    pub max_mr_size: u64,
+    /// Maximum READ/atomic a QP accepts as responder (`max_dest_rd_atomic` bound).
+    pub max_qp_rd_atom: u32,
+    /// Maximum READ/atomic a QP issues as requester (`max_rd_atomic` bound).
+    pub max_qp_init_rd_atom: u32,
+    /// Maximum inline payload in bytes.
+    pub max_inline_data: u32,
+    /// First QP number handed out (24 bits; 0 and 1 are never handed out).
+    pub first_qpn: u32,
+    /// Virtual address of the first MR.
+    pub mr_base_va: u64,
+    /// Active MTU reported by `query_port` (the largest path MTU accepted is 4096).
+    pub active_mtu: Mtu,
+    /// Requester window: at most this many PSNs outstanding (rxe `RXE_MAX_UNACKED_PSNS` 128).
+    pub max_unacked_psns: u32,
+    /// The requester asks for an ACK at least every this many packets
+    /// (rxe `RXE_MAX_PKT_PER_ACK` 64).
+    pub max_pkts_per_ack: u32,
+}
+
+impl SimDeviceConfig {
+    /// A configuration named `name` with GID `gid` and rxe-like limits.
+    pub fn new(name: impl Into<String>, gid: Gid) -> Self {
+        let g = gid.0;
+        SimDeviceConfig {
+            name: name.into(),
+            gid,
+            // A GUID derived from the GID (modified EUI-64 style), stable per address.
+            node_guid: u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, 0xfe, g[13], g[14], g[15]]),
+            max_qp: 0x1_0000,
+            max_qp_wr: 0x4000,
+            max_sge: 32,
+            max_cq: 0x4000,
+            max_cqe: 0x7FFF,
+            max_mr: 0x4_0000,
+            max_pd: 0x7FFC,
+            max_mr_size: 1 << 32,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_inline_data: 400,
+            first_qpn: 0x11,
+            mr_base_va: 0x1000_0000,
+            active_mtu: Mtu::Mtu1024,
+            max_unacked_psns: 128,
+            max_pkts_per_ack: 64,
+        }
+    }
+}
+
+/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only.
+#[derive(Debug)]
+pub struct SimDevice {
+    cfg: SimDeviceConfig,
+    sh: Shared,
+    pds: BTreeSet<u32>,
+    next_pd: u32,
+    next_cq: u32,
+    qps: BTreeMap<u32, SimQp>,
+    next_qpn: u32,
+}
+
+fn qp_handle_err() -> Error {
+    Error::inval("unknown QP handle")
+}
+
+impl SimDevice {
+    /// A device with configuration `cfg`, no objects, port active.
+    pub fn new(cfg: SimDeviceConfig) -> Self {
+        let sh = Shared {
+            gid: cfg.gid,
+            mrs: MrTable::new(cfg.mr_base_va),
+            cqs: BTreeMap::new(),
+            events: VecDeque::new(),
+            tx: VecDeque::new(),
+            counters: Counters::default(),
+            max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
+            max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
+        };
+        let first = cfg.first_qpn & QPN_MASK;
+        SimDevice {
+            next_qpn: if first < 2 { 2 } else { first },
+            cfg,
+            sh,
+            pds: BTreeSet::new(),
+            next_pd: 1,
+            next_cq: 1,
+            qps: BTreeMap::new(),
+        }
+    }
+
+    /// The port's GID.
+    pub fn gid(&self) -> Gid {
+        self.cfg.gid
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimDeviceConfig {
+        &self.cfg
+    }
+
+    /// Drop and transport counters.
+    pub fn counters(&self) -> Counters {
+        self.sh.counters
+    }
+
+    /// The next packet to put on the wire, or `None` when the device has nothing to send now.
+    /// Runs the requesters (new and retransmitted requests) and emits coalesced ACKs; `now`
+    /// starts retransmit timers.
+    pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
+        if self.sh.tx.is_empty() {
+            for qp in self.qps.values_mut() {
+                qp.transmit(&mut self.sh, now);
+                qp.settle(&mut self.sh);
+            }
+        }
+        self.sh.tx.pop_front()
+    }
+
+    /// Handles a packet from `src`. Bad packets are counted in [`Counters`] and dropped.
+    pub fn handle_packet(&mut self, now: SimTime, src: Gid, packet: Packet) {
+        let c = &mut self.sh.counters;
+        if !packet.is_consistent() {
+            c.malformed += 1;
+            return;
+        }
+        if packet.bth.pkey & 0x7FFF != 0x7FFF {
+            c.bad_pkey += 1;
+            return;
+        }
+        let qpn = packet.bth.dest_qp & QPN_MASK;
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            c.unknown_qp += 1;
+            return;
+        };
+        let ud_op = (packet.bth.opcode as u8) >> 5 == 3;
+        match qp.init.qp_type {
+            QpType::Rc => {
+                if ud_op {
+                    c.wrong_qp_type += 1;
+                    return;
+                }
+                if matches!(qp.state(), QpState::Reset | QpState::Init) {
+                    c.qp_not_ready += 1;
+                    return;
+                }
+                if src != qp.attr.ah_attr.grh.dgid {
+                    c.wrong_source += 1;
+                    return;
+                }
+                if is_response(packet.bth.opcode) {
+                    qp.on_response(&mut self.sh, now, packet);
+                } else {
+                    qp.on_request(&mut self.sh, packet);
+                }
+            }
+            QpType::Ud => {
+                if !ud_op {
+                    c.wrong_qp_type += 1;
+                    return;
+                }
+                qp.on_ud(&mut self.sh, src, packet);
+            }
+            QpType::Uc => {
+                c.wrong_qp_type += 1;
+                return;
+            }
+        }
+        qp.settle(&mut self.sh);
+    }
+
+    /// The earliest deadline of a retransmit or RNR timer, if any is armed.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.qps
+            .values()
+            .flat_map(|q| [q.req.retrans_at, q.req.rnr_at])
+            .flatten()
+            .min()
+    }
+
+    /// Fires the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: SimTime) {
+        for qp in self.qps.values_mut() {
+            qp.timeout(&mut self.sh, now);
+            qp.settle(&mut self.sh);
+        }
+    }
+
+    /// Checks the attribute values a modify uses (rxe `rxe_qp_chk_attr` [rxe_qp.c] and
+    /// `ib_modify_qp` range checks); `EINVAL` on the first bad one.
+    fn check_attr_ranges(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let bad = |what: &str| Err(Error::inval(what.to_string()));
+        if mask.contains(QpAttrMask::PORT) && attr.port_num != 1 {
+            return bad("invalid port number");
+        }
+        if mask.contains(QpAttrMask::PKEY_INDEX) && attr.pkey_index != 0 {
+            return bad("P_Key index past the P_Key table");
+        }
+        if mask.contains(QpAttrMask::AV)
+            && (!attr.ah_attr.is_global
+                || attr.ah_attr.grh.sgid_index != 0
+                || (attr.ah_attr.port_num != 0 && attr.ah_attr.port_num != 1))
+        {
+            return bad("RoCE address vector needs a GRH with sgid_index 0 on port 1");
+        }
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
+            && u32::from(attr.max_rd_atomic) > self.cfg.max_qp_init_rd_atom
+        {
+            return bad("max_rd_atomic above the device limit");
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+            && u32::from(attr.max_dest_rd_atomic) > self.cfg.max_qp_rd_atom
+        {
+            return bad("max_dest_rd_atomic above the device limit");
+        }
+        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
+            return bad("timeout > 31");
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return bad("retry_cnt > 7");
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return bad("rnr_retry > 7");
+        }
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return bad("min_rnr_timer > 31");
+        }
+        if mask.contains(QpAttrMask::DEST_QPN) && attr.dest_qp_num > QPN_MASK {
+            return bad("dest_qp_num wider than 24 bits");
+        }
+        Ok(())
+    }
+
+    fn allocate_qpn(&mut self) -> Option<u32> {
+        for _ in 0..=QPN_MASK {
+            let n = self.next_qpn;
+            self.next_qpn = if n >= QPN_MASK { 2 } else { n + 1 };
+            if n >= 2 && !self.qps.contains_key(&n) {
+                return Some(n);
+            }
+        }
+        None
+    }
+}
+
+impl Device for SimDevice {
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn query_device(&self) -> DeviceAttr {
+        let c = &self.cfg;
+        DeviceAttr {
+            fw_ver: "rnic-sim 0.1".into(),
+            node_guid: c.node_guid,
+            sys_image_guid: c.node_guid,
+            max_mr_size: c.max_mr_size,
+            vendor_id: 0xFFFFFF,
+            vendor_part_id: 0,
+            max_qp: c.max_qp,
+            max_qp_wr: c.max_qp_wr,
+            max_sge: c.max_sge,
+            max_cq: c.max_cq,
+            max_cqe: c.max_cqe,
+            max_mr: c.max_mr,
+            max_pd: c.max_pd,
+            max_qp_rd_atom: c.max_qp_rd_atom,
+            max_qp_init_rd_atom: c.max_qp_init_rd_atom,
+            phys_port_cnt: 1,
+        }
+    }
+
+    fn query_port(&self, port_num: u8) -> Result<PortAttr> {
+        if port_num != 1 {
+            return Err(Error::inval("invalid port number"));
+        }
+        Ok(PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.cfg.active_mtu,
+            gid_tbl_len: 1,
+            max_msg_sz: crate::qp::MAX_MSG_SZ as u32,
+            pkey_tbl_len: 1,
+            lid: 0,
+            link_layer: LINK_LAYER_ETHERNET,
+        })
+    }
+
+    fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
+        if port_num != 1 || index != 0 {
+            return Err(Error::inval("no such GID"));
+        }
+        Ok(self.cfg.gid)
+    }
+
+    fn alloc_pd(&mut self) -> Result<PdHandle> {
+        if self.pds.len() >= self.cfg.max_pd as usize {
+            return Err(Error::new(Errno::ENOMEM, "max_pd reached"));
+        }
+        let h = self.next_pd;
+        self.next_pd = self.next_pd.wrapping_add(1).max(1);
+        self.pds.insert(h);
+        Ok(PdHandle(h))
+    }
+
+    fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
+        if !self.pds.contains(&pd.0) {
+            return Err(Error::inval("unknown PD"));
+        }
+        if self.sh.mrs.pd_in_use(pd.0) || self.qps.values().any(|q| q.pd == pd.0) {
+            return Err(Error::new(Errno::EBUSY, "PD still used by an MR or QP"));
+        }
+        self.pds.remove(&pd.0);
+        Ok(())
+    }
+
+    fn reg_mr(&mut self, pd: PdHandle, length: usize, access: AccessFlags) -> Result<Mr> {
+        if !self.pds.contains(&pd.0) {
+            return Err(Error::inval("unknown PD"));
+        }
+        if length == 0 || length as u64 > self.cfg.max_mr_size {
+            return Err(Error::inval("MR length 0 or above max_mr_size"));
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::inval(
+                "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (man:ibv_reg_mr.3)",
+            ));
+        }
+        if self.sh.mrs.len() >= self.cfg.max_mr as usize {
+            return Err(Error::new(Errno::ENOMEM, "max_mr reached"));
+        }
+        let (h, addr, lkey, rkey) = self
+            .sh
+            .mrs
+            .register(pd.0, length, access)
+            .ok_or_else(|| Error::new(Errno::ENOMEM, "MR key or address space exhausted"))?;
+        Ok(Mr {
+            handle: MrHandle(h),
+            addr,
+            length: length as u64,
+            lkey,
+            rkey,
+        })
+    }
+
+    fn dereg_mr(&mut self, mr: MrHandle) -> Result<()> {
+        if self.sh.mrs.deregister(mr.0) {
+            Ok(())
+        } else {
+            Err(Error::inval("unknown MR"))
+        }
+    }
+
+    fn mr_write(&mut self, mr: MrHandle, offset: u64, data: &[u8]) -> Result<()> {
+        let e = self
+            .sh
+            .mrs
+            .get_mut(mr.0)
+            .ok_or_else(|| Error::inval("unknown MR"))?;
+        let dst = usize::try_from(offset)
+            .ok()
+            .and_then(|o| e.data.get_mut(o..o.checked_add(data.len())?))
+            .ok_or_else(|| Error::new(Errno::EFAULT, "range leaves the MR"))?;
+        dst.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn mr_read(&self, mr: MrHandle, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let e = self
+            .sh
+            .mrs
+            .get(mr.0)
+            .ok_or_else(|| Error::inval("unknown MR"))?;
+        let src = usize::try_from(offset)
+            .ok()
+            .and_then(|o| e.data.get(o..o.checked_add(buf.len())?))
+            .ok_or_else(|| Error::new(Errno::EFAULT, "range leaves the MR"))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn create_cq(&mut self, cqe: u32, channel: Option<&CompChannel>) -> Result<CqHandle> {
+        if cqe == 0 || cqe > self.cfg.max_cqe {
+            return Err(Error::inval("cqe 0 or above max_cqe"));
+        }
+        if self.sh.cqs.len() >= self.cfg.max_cq as usize {
+            return Err(Error::new(Errno::ENOMEM, "max_cq reached"));
+        }
+        let h = CqHandle(self.next_cq);
+        self.next_cq = self.next_cq.wrapping_add(1).max(1);
+        self.sh.cqs.insert(
+            h.0,
+            Cq::new(h, cqe as usize, channel.map(CompChannel::notifier)),
+        );
+        Ok(h)
+    }
+
+    fn destroy_cq(&mut self, cq: CqHandle) -> Result<()> {
+        if !self.sh.cqs.contains_key(&cq.0) {
+            return Err(Error::inval("unknown CQ"));
+        }
+        if self
+            .qps
+            .values()
+            .any(|q| q.init.send_cq == cq || q.init.recv_cq == cq)
+        {
+            return Err(Error::new(Errno::EBUSY, "CQ still used by a QP"));
+        }
+        self.sh.cqs.remove(&cq.0);
+        Ok(())
+    }
+
+    fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
+        let c = self
+            .sh
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or_else(|| Error::inval("unknown CQ"))?;
+        if c.notifier.is_none() {
+            return Err(Error::inval("CQ has no completion channel"));
+        }
+        // Arming for any completion wins over solicited-only until it fires [rxe_cq.c].
+        c.armed = Some(c.armed != Some(false) && solicited_only);
+        Ok(())
+    }
+
+    fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
+        let c = self
+            .sh
+            .cqs
+            .get_mut(&cq.0)
+            .ok_or_else(|| Error::inval("unknown CQ"))?;
+        if c.overrun && c.entries.is_empty() {
+            return Err(Error::new(Errno::EIO, "CQ overrun (CQ_ERR)"));
+        }
+        let n = max.min(c.entries.len());
+        out.extend(c.entries.drain(..n));
+        Ok(n)
+    }
+
+    fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qp> {
+        if !self.pds.contains(&pd.0) {
+            return Err(Error::inval("unknown PD"));
+        }
+        if !self.sh.cqs.contains_key(&init.send_cq.0) || !self.sh.cqs.contains_key(&init.recv_cq.0)
+        {
+            return Err(Error::inval("unknown CQ"));
+        }
+        if init.qp_type == QpType::Uc {
+            return Err(Error::new(Errno::EOPNOTSUPP, "UC QPs are not simulated"));
+        }
+        let c = &init.cap;
+        let cfg = &self.cfg;
+        if c.max_send_wr > cfg.max_qp_wr
+            || c.max_recv_wr > cfg.max_qp_wr
+            || c.max_send_sge > cfg.max_sge
+            || c.max_recv_sge > cfg.max_sge
+            || c.max_inline_data > cfg.max_inline_data
+        {
+            return Err(Error::inval("QP capability above the device limit"));
+        }
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+            return Err(Error::inval("QP with neither send nor receive WRs"));
+        }
+        if self.qps.len() >= cfg.max_qp as usize {
+            return Err(Error::new(Errno::ENOMEM, "max_qp reached"));
+        }
+        let qpn = self
+            .allocate_qpn()
+            .ok_or_else(|| Error::new(Errno::ENOMEM, "QP numbers exhausted"))?;
+        self.qps.insert(qpn, SimQp::new(qpn, pd.0, *init));
+        Ok(Qp {
+            handle: QpHandle(qpn),
+            qp_num: qpn,
+        })
+    }
+
+    fn modify_qp(&mut self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let (qp_type, cur) = {
+            let q = self.qps.get(&qp.0).ok_or_else(qp_handle_err)?;
+            (q.init.qp_type, q.state())
+        };
+        let next = check_modify(qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
+        self.check_attr_ranges(attr, mask)?;
+        let sh = &mut self.sh;
+        let q = self.qps.get_mut(&qp.0).ok_or_else(qp_handle_err)?;
+        let a = &mut q.attr;
+        use QpAttrMask as M;
+        if mask.contains(M::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask.contains(M::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(M::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if mask.contains(M::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if mask.contains(M::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if mask.contains(M::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask.contains(M::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if mask.contains(M::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            q.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(M::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            q.req.rnr_left = attr.rnr_retry;
+        }
+        if mask.contains(M::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & PSN_MASK;
+            q.resp.psn = a.rq_psn;
+        }
+        if mask.contains(M::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & PSN_MASK;
+            q.req.psn = a.sq_psn;
+            q.req.comp_psn = a.sq_psn;
+        }
+        if mask.contains(M::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask.contains(M::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask.contains(M::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        match next {
+            QpState::Reset => q.reset(),
+            QpState::Err => {
+                if cur != QpState::Err {
+                    q.enter_err(sh);
+                }
+            }
+            QpState::Rtr => {
+                if cur != QpState::Rtr {
+                    q.comm_est_raised = false;
+                }
+                q.attr.qp_state = next;
+            }
+            s => q.attr.qp_state = s,
+        }
+        q.settle(sh);
+        Ok(())
+    }
+
+    fn query_qp(&self, qp: QpHandle) -> Result<(QpAttr, QpInitAttr)> {
+        let q = self.qps.get(&qp.0).ok_or_else(qp_handle_err)?;
+        let mut a = q.attr;
+        a.cur_qp_state = a.qp_state;
+        a.sq_psn = q.req.psn;
+        a.rq_psn = q.resp.psn;
+        a.cap = q.init.cap;
+        Ok((a, q.init))
+    }
+
+    fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
+        self.qps.remove(&qp.0).map(|_| ()).ok_or_else(qp_handle_err)
+    }
+
+    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr]) -> Result<(), PostError> {
+        let sh = &mut self.sh;
+        let q = self.qps.get_mut(&qp.0).ok_or_else(|| PostError {
+            error: qp_handle_err(),
+            bad_wr: 0,
+        })?;
+        q.post_send(sh, wrs)
+    }
+
+    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
+        let sh = &mut self.sh;
+        let q = self.qps.get_mut(&qp.0).ok_or_else(|| PostError {
+            error: qp_handle_err(),
+            bad_wr: 0,
+        })?;
+        q.post_recv(sh, wrs)
+    }
+
+    fn get_async_event(&mut self) -> Option<AsyncEvent> {
+        self.sh.events.pop_front()
+    }
+}

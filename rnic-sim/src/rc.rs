@@ -1,0 +1,995 @@
+//! The RC transport of a QP: requester (segmentation, PSNs, READ credits, go-back-N),
+//! completer (ACK/NAK/READ response/atomic ACK handling, retry and RNR counters) and responder
+//! (PSN check, opcode sequence, access and length checks, execution, ACK coalescing, responder
+//! resources for duplicate READs and atomics). Modelled on rxe's `rxe_req.c`, `rxe_comp.c` and
+//! `rxe_resp.c` state machines and IBTA vol. 1 ch. 9.7; the differences are in
+//! docs/semantics-verbs.md.
+
+use crate::device::Shared;
+use crate::psn::{psn_add, psn_diff};
+use crate::qp::{Cont, RdRes, SimQp, WriteCtx};
+use crate::roce::{Aeth, AethKind, AtomicAckEth, AtomicEth, Bth, NakCode, Opcode, Packet, Reth};
+use crate::Transmit;
+use bytes::Bytes;
+use verbs_core::{
+    AccessFlags, QpState, SendFlags, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode, DEFAULT_PKEY, PSN_MASK,
+};
+
+/// AETH ACK credit value meaning "no end-to-end flow control" (`AETH_ACK_UNLIMITED`
+/// [rxe_hdr.h]).
+pub(crate) const ACK_UNLIMITED: u8 = 0x1F;
+
+/// The IBTA RNR NAK timer table (IBTA Table 45; rxe `rnrnak_usec` [rxe_comp.c]), in µs, indexed
+/// by the 5-bit timer code. Code 0 is the longest, 655.36 ms.
+const RNR_TIMER_US: [u64; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+/// The RNR back-off of a 5-bit timer code, in ns.
+pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
+    RNR_TIMER_US[usize::from(code & 0x1F)] * 1_000
+}
+
+/// The local ACK timeout of the `timeout` exponent in ns (4.096 µs × 2^timeout), or `None`
+/// for 0 = infinite (IBTA 9.7.6.1.3; rxe `qp_timeout_jiffies` [rxe_qp.c]).
+pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
+    (timeout != 0).then(|| 4096u64 << timeout.min(31))
+}
+
+/// True for the packets a responder sends (READ responses, ACK, atomic ACK).
+pub(crate) fn is_response(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::RcRdmaReadResponseFirst
+            | Opcode::RcRdmaReadResponseMiddle
+            | Opcode::RcRdmaReadResponseLast
+            | Opcode::RcRdmaReadResponseOnly
+            | Opcode::RcAcknowledge
+            | Opcode::RcAtomicAcknowledge
+    )
+}
+
+/// Why the responder refused a request.
+enum RespErr {
+    /// No receive WQE: RNR NAK, the requester retries later (class B).
+    Rnr,
+    /// Class C: NAK with `nak`, complete the receive WQE in use (if any) with `recv_status`,
+    /// responder QP to ERR [rxe_resp.c `do_class_ac_error`].
+    Fatal { nak: NakCode, recv_status: WcStatus },
+}
+
+fn inv_req() -> RespErr {
+    RespErr::Fatal {
+        nak: NakCode::InvalidRequest,
+        recv_status: WcStatus::RemInvReqErr,
+    }
+}
+
+/// Number of packets (PSNs) a message of `len` bytes needs at `mtu` (at least 1).
+fn npkts(len: u64, mtu: u32) -> u32 {
+    u32::try_from(len.div_ceil(u64::from(mtu)).max(1)).unwrap_or(u32::MAX)
+}
+
+/// Builds a packet with no extension headers.
+pub(crate) fn bare_packet(opcode: Opcode, dest_qp: u32, psn: u32, payload: Bytes) -> Packet {
+    let pad_cnt = ((4 - payload.len() % 4) % 4) as u8;
+    Packet {
+        bth: Bth {
+            opcode,
+            se: false,
+            mig_req: false,
+            pad_cnt,
+            tver: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn: psn & PSN_MASK,
+        },
+        reth: None,
+        deth: None,
+        atomic_eth: None,
+        aeth: None,
+        atomic_ack_eth: None,
+        imm: None,
+        payload,
+    }
+}
+
+impl SimQp {
+    fn packet(&self, opcode: Opcode, psn: u32, payload: Bytes) -> Packet {
+        bare_packet(opcode, self.attr.dest_qp_num, psn, payload)
+    }
+
+    fn send(&self, sh: &mut Shared, packet: Packet) {
+        sh.tx.push_back(Transmit {
+            dst: self.attr.ah_attr.grh.dgid,
+            packet,
+        });
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Requester
+
+    /// Emits what this QP has to send now: a coalesced ACK, then new or retransmitted request
+    /// packets within the PSN window and READ credit limit.
+    pub(crate) fn transmit_rc(&mut self, sh: &mut Shared, now: SimTime) {
+        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        self.flush_pending_ack(sh);
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) || self.req.rnr_at.is_some() {
+            return;
+        }
+        let mtu = self.mtu();
+        loop {
+            let idx = self.req.next;
+            if idx >= self.sq.len()
+                || psn_diff(self.req.psn, self.req.comp_psn) >= sh.max_unacked_psns as i32
+            {
+                break;
+            }
+            let rd_out = self.req.rd_outstanding;
+            let max_rd = u32::from(self.attr.max_rd_atomic);
+            let state = self.state();
+            let pd = self.pd;
+            let w = &mut self.sq[idx];
+            if w.error.is_some() {
+                break;
+            }
+            if !w.started {
+                if state == QpState::Sqd
+                    || (w.wr.send_flags.contains(SendFlags::FENCE) && rd_out > 0)
+                    || (w.is_rd_atomic() && rd_out >= max_rd)
+                {
+                    break;
+                }
+                // Local checks happen when the WQE is executed, not at post time
+                // [rxe_req.c: copy_data failure -> IB_WC_LOC_PROT_ERR].
+                let local_ok = match w.wr.opcode {
+                    WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm => {
+                        if w.payload.is_none() {
+                            w.payload = sh.mrs.gather(pd, &w.wr.sg_list).map(Bytes::from);
+                        }
+                        w.payload.is_some()
+                    }
+                    _ => sh.mrs.check_writable(pd, &w.wr.sg_list),
+                };
+                if !local_ok {
+                    w.error = Some(WcStatus::LocProtErr);
+                    break;
+                }
+                w.started = true;
+                w.npkts = npkts(w.wr.total_len(), mtu);
+                if w.wr.opcode.is_atomic() {
+                    w.npkts = 1;
+                }
+                w.first_psn = self.req.psn;
+                w.last_psn = psn_add(w.first_psn, w.npkts - 1);
+                w.next_pkt = 0;
+                if w.is_rd_atomic() {
+                    w.rd_credit = true;
+                    self.req.rd_outstanding += 1;
+                }
+            }
+            let w = &self.sq[idx];
+            let k = w.next_pkt;
+            let psn = psn_add(w.first_psn, k);
+            let last = k + 1 >= w.npkts;
+            let mut p;
+            match w.wr.opcode {
+                WrOpcode::RdmaRead => {
+                    let off = u64::from(k) * u64::from(mtu);
+                    p = self.packet(Opcode::RcRdmaReadRequest, psn, Bytes::new());
+                    p.reth = Some(Reth {
+                        va: w.wr.rdma.remote_addr.wrapping_add(off),
+                        rkey: w.wr.rdma.rkey,
+                        dma_len: u32::try_from(w.wr.total_len().saturating_sub(off))
+                            .unwrap_or(u32::MAX),
+                    });
+                    p.bth.ack_req = true;
+                    self.req.psn = psn_add(w.last_psn, 1);
+                    self.sq[idx].next_pkt = w.npkts;
+                }
+                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                    let cmp = w.wr.opcode == WrOpcode::AtomicCmpAndSwp;
+                    p = self.packet(
+                        if cmp {
+                            Opcode::RcCompareSwap
+                        } else {
+                            Opcode::RcFetchAdd
+                        },
+                        psn,
+                        Bytes::new(),
+                    );
+                    p.atomic_eth = Some(AtomicEth {
+                        va: w.wr.atomic.remote_addr,
+                        rkey: w.wr.atomic.rkey,
+                        swap_add: if cmp {
+                            w.wr.atomic.swap
+                        } else {
+                            w.wr.atomic.compare_add
+                        },
+                        compare: if cmp { w.wr.atomic.compare_add } else { 0 },
+                    });
+                    p.bth.ack_req = true;
+                    self.req.psn = psn_add(psn, 1);
+                    self.sq[idx].next_pkt = 1;
+                }
+                op => {
+                    let data = w.payload.clone().unwrap_or_default();
+                    let start = (k as usize).saturating_mul(mtu as usize).min(data.len());
+                    let end = start.saturating_add(mtu as usize).min(data.len());
+                    let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
+                    let imm = op.has_imm();
+                    let only = w.npkts == 1;
+                    let opcode = match (write, only, k == 0, last, imm) {
+                        (false, true, _, _, false) => Opcode::RcSendOnly,
+                        (false, true, _, _, true) => Opcode::RcSendOnlyWithImm,
+                        (false, false, true, _, _) => Opcode::RcSendFirst,
+                        (false, false, false, false, _) => Opcode::RcSendMiddle,
+                        (false, false, false, true, false) => Opcode::RcSendLast,
+                        (false, false, false, true, true) => Opcode::RcSendLastWithImm,
+                        (true, true, _, _, false) => Opcode::RcRdmaWriteOnly,
+                        (true, true, _, _, true) => Opcode::RcRdmaWriteOnlyWithImm,
+                        (true, false, true, _, _) => Opcode::RcRdmaWriteFirst,
+                        (true, false, false, false, _) => Opcode::RcRdmaWriteMiddle,
+                        (true, false, false, true, false) => Opcode::RcRdmaWriteLast,
+                        (true, false, false, true, true) => Opcode::RcRdmaWriteLastWithImm,
+                    };
+                    p = self.packet(opcode, psn, data.slice(start..end));
+                    if write && k == 0 {
+                        p.reth = Some(Reth {
+                            va: w.wr.rdma.remote_addr,
+                            rkey: w.wr.rdma.rkey,
+                            dma_len: u32::try_from(data.len()).unwrap_or(u32::MAX),
+                        });
+                    }
+                    if last {
+                        if imm {
+                            p.imm = Some(w.wr.imm_data);
+                        }
+                        p.bth.se = w.wr.send_flags.contains(SendFlags::SOLICITED);
+                    }
+                    self.req.noack_pkts += 1;
+                    p.bth.ack_req = last || self.req.noack_pkts >= sh.max_pkts_per_ack;
+                    if p.bth.ack_req {
+                        self.req.noack_pkts = 0;
+                    }
+                    self.req.psn = psn_add(psn, 1);
+                    self.sq[idx].next_pkt = k + 1;
+                }
+            }
+            if self.sq[idx].next_pkt >= self.sq[idx].npkts {
+                self.req.next = idx + 1;
+            }
+            self.send(sh, p);
+            if self.req.retrans_at.is_none() {
+                self.req.retrans_at =
+                    ack_timeout_ns(self.attr.timeout).map(|ns| now.plus_nanos(ns));
+            }
+        }
+        self.complete_local_errors(sh);
+    }
+
+    /// Completes, at the head of the send queue, WQEs that failed their local checks, then
+    /// moves the QP to ERR [rxe_comp.c `COMPST_ERROR`].
+    pub(crate) fn complete_local_errors(&mut self, sh: &mut Shared) {
+        if let Some(status) = self.sq.front().and_then(|w| w.error) {
+            self.complete_head(sh, status);
+            self.enter_err(sh);
+        }
+    }
+
+    /// Go-back-N: retransmit from the oldest unacknowledged PSN (IBTA 9.7.5.2.8).
+    fn go_back_n(&mut self) {
+        self.req.next = 0;
+        self.req.read_cont = false;
+        self.req.psn = self.req.comp_psn;
+        let comp = self.req.comp_psn;
+        for w in self.sq.iter_mut().filter(|w| w.started) {
+            let k = psn_diff(comp, w.first_psn).max(0) as u32;
+            w.next_pkt = k.min(w.npkts.saturating_sub(1));
+        }
+    }
+
+    /// A retry (timeout or sequence NAK): uses one of `retry_cnt`; when none is left the head
+    /// WQE completes with `RETRY_EXC_ERR` and the QP enters ERR [rxe_comp.c
+    /// `COMPST_ERROR_RETRY`]. Unlike rxe, `retry_cnt` 7 is 7 retries, not infinite (IBTA
+    /// 9.7.6.1.3: only `rnr_retry` 7 is infinite).
+    fn retry(&mut self, sh: &mut Shared) {
+        if self.req.retry_left == 0 {
+            self.complete_head(sh, WcStatus::RetryExcErr);
+            self.enter_err(sh);
+            return;
+        }
+        self.req.retry_left -= 1;
+        sh.counters.retries += 1;
+        self.go_back_n();
+    }
+
+    /// Re-arms or clears the retransmit timer after an acknowledgement.
+    fn rearm(&mut self, now: SimTime) {
+        let outstanding = psn_diff(self.req.psn, self.req.comp_psn) > 0;
+        self.req.retrans_at = if outstanding {
+            ack_timeout_ns(self.attr.timeout).map(|ns| now.plus_nanos(ns))
+        } else {
+            None
+        };
+    }
+
+    fn reset_retry_counters(&mut self) {
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+    }
+
+    /// The retransmit or RNR timer fired.
+    pub(crate) fn timeout_rc(&mut self, sh: &mut Shared, now: SimTime) {
+        if let Some(t) = self.req.rnr_at {
+            if now >= t {
+                self.req.rnr_at = None;
+            }
+        }
+        if let Some(t) = self.req.retrans_at {
+            if now >= t {
+                self.req.retrans_at = None;
+                let outstanding = psn_diff(self.req.psn, self.req.comp_psn) > 0;
+                if outstanding && self.sq.front().is_some_and(|w| w.started) {
+                    sh.counters.timeouts += 1;
+                    self.retry(sh);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Completer
+
+    /// Handles a response (ACK, NAK, READ response, atomic ACK) [rxe_comp.c].
+    pub(crate) fn on_response(&mut self, sh: &mut Shared, now: SimTime, pkt: Packet) {
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            sh.counters.qp_not_ready += 1;
+            return;
+        }
+        let psn = pkt.bth.psn;
+        let op = pkt.bth.opcode;
+        // A response past a SEND/WRITE's last PSN acknowledges it implicitly.
+        loop {
+            let Some(head) = self.sq.front() else {
+                sh.counters.unexpected_responses += 1;
+                return;
+            };
+            if !head.started {
+                sh.counters.unexpected_responses += 1;
+                self.complete_local_errors(sh);
+                return;
+            }
+            if psn_diff(psn, head.last_psn) <= 0 {
+                break;
+            }
+            if head.is_rd_atomic() {
+                // Responses of this READ/atomic were lost: go back [rxe_comp.c check_psn].
+                sh.counters.stale_responses += 1;
+                self.retry(sh);
+                return;
+            }
+            if psn_diff(head.last_psn, self.req.comp_psn) >= 0 {
+                self.req.comp_psn = psn_add(head.last_psn, 1);
+            }
+            self.reset_retry_counters();
+            self.complete_head(sh, WcStatus::Success);
+            self.rearm(now);
+        }
+        let Some(head) = self.sq.front() else {
+            return;
+        };
+        let diff = psn_diff(psn, self.req.comp_psn);
+        if diff < 0 || (diff > 0 && head.is_rd_atomic()) {
+            sh.counters.stale_responses += 1;
+            return;
+        }
+        let head_op = head.wr.opcode;
+        let head_last = head.last_psn;
+        let ack_ok = |p: &Packet| matches!(p.aeth.map(|a| a.syndrome), Some(AethKind::Ack(_)));
+        match op {
+            Opcode::RcRdmaReadResponseFirst
+            | Opcode::RcRdmaReadResponseMiddle
+            | Opcode::RcRdmaReadResponseLast
+            | Opcode::RcRdmaReadResponseOnly => {
+                let starts = matches!(
+                    op,
+                    Opcode::RcRdmaReadResponseFirst | Opcode::RcRdmaReadResponseOnly
+                );
+                let in_seq = if self.req.read_cont {
+                    !starts
+                } else {
+                    // After go-back-N a replay may resume in the middle [rxe_resp.c].
+                    starts || psn != head.first_psn
+                };
+                let has_aeth = op != Opcode::RcRdmaReadResponseMiddle;
+                if head_op != WrOpcode::RdmaRead || !in_seq || (has_aeth && !ack_ok(&pkt)) {
+                    self.fail(sh, WcStatus::BadRespErr);
+                    return;
+                }
+                let off =
+                    u64::from(psn_diff(psn, head.first_psn).max(0) as u32) * u64::from(self.mtu());
+                let sges = head.wr.sg_list.clone();
+                if sh.mrs.scatter(self.pd, &sges, off, &pkt.payload).is_err() {
+                    self.fail(sh, WcStatus::LocProtErr);
+                    return;
+                }
+                self.reset_retry_counters();
+                self.req.comp_psn = psn_add(psn, 1);
+                let ends = matches!(
+                    op,
+                    Opcode::RcRdmaReadResponseLast | Opcode::RcRdmaReadResponseOnly
+                );
+                self.req.read_cont = !ends;
+                if ends {
+                    self.complete_head(sh, WcStatus::Success);
+                }
+                self.rearm(now);
+            }
+            Opcode::RcAtomicAcknowledge => {
+                if !head_op.is_atomic() || !ack_ok(&pkt) {
+                    self.fail(sh, WcStatus::BadRespErr);
+                    return;
+                }
+                let orig = pkt.atomic_ack_eth.map(|a| a.orig).unwrap_or(0);
+                let sges = head.wr.sg_list.clone();
+                if sh
+                    .mrs
+                    .scatter(self.pd, &sges, 0, &orig.to_le_bytes())
+                    .is_err()
+                {
+                    self.fail(sh, WcStatus::LocProtErr);
+                    return;
+                }
+                self.reset_retry_counters();
+                self.req.comp_psn = psn_add(psn, 1);
+                self.complete_head(sh, WcStatus::Success);
+                self.rearm(now);
+            }
+            Opcode::RcAcknowledge => {
+                let Some(aeth) = pkt.aeth else {
+                    sh.counters.malformed += 1;
+                    return;
+                };
+                match aeth.syndrome {
+                    AethKind::Ack(_) => {
+                        if head_op == WrOpcode::RdmaRead || head_op.is_atomic() {
+                            sh.counters.stale_responses += 1;
+                            return;
+                        }
+                        self.reset_retry_counters();
+                        self.req.comp_psn = psn_add(psn, 1);
+                        if psn == head_last {
+                            self.complete_head(sh, WcStatus::Success);
+                        }
+                        self.rearm(now);
+                    }
+                    AethKind::RnrNak(code) => {
+                        sh.counters.rnr_naks_received += 1;
+                        if self.req.rnr_left == 0 {
+                            self.fail(sh, WcStatus::RnrRetryExcErr);
+                            return;
+                        }
+                        if self.req.rnr_left != 7 {
+                            self.req.rnr_left -= 1;
+                        }
+                        self.req.comp_psn = psn;
+                        self.go_back_n();
+                        self.req.retrans_at = None;
+                        self.req.rnr_at = Some(now.plus_nanos(rnr_timer_ns(code)));
+                    }
+                    AethKind::Nak(NakCode::PsnSeqError) => {
+                        sh.counters.seq_naks_received += 1;
+                        self.req.comp_psn = psn;
+                        self.retry(sh);
+                    }
+                    AethKind::Nak(code) => {
+                        let status = match code {
+                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            _ => WcStatus::RemOpErr,
+                        };
+                        self.fail(sh, status);
+                    }
+                }
+            }
+            _ => sh.counters.wrong_qp_type += 1,
+        }
+        self.complete_local_errors(sh);
+    }
+
+    /// The head WQE failed: it completes with `status`, the QP enters ERR, the rest flush.
+    fn fail(&mut self, sh: &mut Shared, status: WcStatus) {
+        self.complete_head(sh, status);
+        self.enter_err(sh);
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Responder
+
+    fn send_ack(&self, sh: &mut Shared, syndrome: AethKind, psn: u32) {
+        let mut p = self.packet(Opcode::RcAcknowledge, psn, Bytes::new());
+        p.aeth = Some(Aeth {
+            syndrome,
+            msn: self.resp.msn,
+        });
+        self.send(sh, p);
+    }
+
+    /// Sends the coalesced ACK, if one is pending. Called before any other response so the
+    /// peer sees acknowledgements in PSN order.
+    pub(crate) fn flush_pending_ack(&mut self, sh: &mut Shared) {
+        if let Some(psn) = self.resp.pending_ack.take() {
+            sh.counters.acks_sent += 1;
+            self.send_ack(sh, AethKind::Ack(ACK_UNLIMITED), psn);
+        }
+    }
+
+    /// Handles a request packet [rxe_resp.c `rxe_responder`].
+    pub(crate) fn on_request(&mut self, sh: &mut Shared, pkt: Packet) {
+        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            // A responder in ERR (or not yet RTR) drops requests without answering.
+            sh.counters.qp_not_ready += 1;
+            return;
+        }
+        self.note_rx_in_rtr(sh);
+        let psn = pkt.bth.psn;
+        let diff = psn_diff(psn, self.resp.psn);
+        if diff > 0 {
+            // Class B: NAK once, drop until the expected PSN arrives.
+            sh.counters.psn_out_of_seq += 1;
+            if !self.resp.sent_psn_nak {
+                self.resp.sent_psn_nak = true;
+                self.flush_pending_ack(sh);
+                sh.counters.seq_naks_sent += 1;
+                self.send_ack(sh, AethKind::Nak(NakCode::PsnSeqError), self.resp.psn);
+            }
+            return;
+        }
+        if diff < 0 {
+            sh.counters.duplicate_requests += 1;
+            self.duplicate(sh, &pkt);
+            return;
+        }
+        self.resp.sent_psn_nak = false;
+        match self.execute(sh, &pkt) {
+            Ok(()) => {}
+            Err(RespErr::Rnr) => {
+                self.flush_pending_ack(sh);
+                sh.counters.rnr_naks_sent += 1;
+                let code = self.attr.min_rnr_timer & 0x1F;
+                self.send_ack(sh, AethKind::RnrNak(code), psn);
+            }
+            Err(RespErr::Fatal { nak, recv_status }) => {
+                self.flush_pending_ack(sh);
+                self.send_ack(sh, AethKind::Nak(nak), psn);
+                if self.resp.recv_in_use {
+                    self.fail_recv_head(sh, recv_status);
+                }
+                self.enter_err(sh);
+            }
+        }
+    }
+
+    fn execute(&mut self, sh: &mut Shared, pkt: &Packet) -> Result<(), RespErr> {
+        use Opcode::*;
+        let op = pkt.bth.opcode;
+        let psn = pkt.bth.psn;
+        let seq_ok = match self.resp.cont {
+            Some(Cont::Send) => matches!(op, RcSendMiddle | RcSendLast | RcSendLastWithImm),
+            Some(Cont::Write) => matches!(
+                op,
+                RcRdmaWriteMiddle | RcRdmaWriteLast | RcRdmaWriteLastWithImm
+            ),
+            None => !matches!(
+                op,
+                RcSendMiddle
+                    | RcSendLast
+                    | RcSendLastWithImm
+                    | RcRdmaWriteMiddle
+                    | RcRdmaWriteLast
+                    | RcRdmaWriteLastWithImm
+            ),
+        };
+        if !seq_ok {
+            return Err(inv_req());
+        }
+        let is_send = matches!(
+            op,
+            RcSendFirst
+                | RcSendMiddle
+                | RcSendLast
+                | RcSendLastWithImm
+                | RcSendOnly
+                | RcSendOnlyWithImm
+        );
+        let is_write = matches!(
+            op,
+            RcRdmaWriteFirst
+                | RcRdmaWriteMiddle
+                | RcRdmaWriteLast
+                | RcRdmaWriteLastWithImm
+                | RcRdmaWriteOnly
+                | RcRdmaWriteOnlyWithImm
+        );
+        let is_read = op == RcRdmaReadRequest;
+        let is_atomic = matches!(op, RcCompareSwap | RcFetchAdd);
+        // QP access flags [rxe_resp.c check_op_valid: missing flag -> NAK invalid request].
+        let acc = self.attr.qp_access_flags;
+        if (is_write && !acc.contains(AccessFlags::REMOTE_WRITE))
+            || (is_read && !acc.contains(AccessFlags::REMOTE_READ))
+            || (is_atomic && !acc.contains(AccessFlags::REMOTE_ATOMIC))
+        {
+            return Err(inv_req());
+        }
+        // Resources [check_resource].
+        let needs_recv = matches!(
+            op,
+            RcSendFirst
+                | RcSendOnly
+                | RcSendOnlyWithImm
+                | RcRdmaWriteLastWithImm
+                | RcRdmaWriteOnlyWithImm
+        );
+        if needs_recv && !self.resp.recv_in_use {
+            if self.rq.is_empty() {
+                return Err(RespErr::Rnr);
+            }
+            self.resp.recv_in_use = true;
+            self.resp.recv_offset = 0;
+        }
+        if (is_read || is_atomic) && self.attr.max_dest_rd_atomic == 0 {
+            return Err(inv_req());
+        }
+        // Packet lengths [check_length].
+        let mtu = self.mtu() as usize;
+        let plen = pkt.payload.len();
+        let first = matches!(op, RcSendFirst | RcRdmaWriteFirst);
+        let middle = matches!(op, RcSendMiddle | RcRdmaWriteMiddle);
+        let last = matches!(
+            op,
+            RcSendLast | RcSendLastWithImm | RcRdmaWriteLast | RcRdmaWriteLastWithImm
+        );
+        let len_ok = if first || middle {
+            plen == mtu
+        } else if last {
+            plen > 0 && plen <= mtu
+        } else {
+            plen <= mtu
+        };
+        if !len_ok {
+            return Err(inv_req());
+        }
+        let ends = !(first || middle);
+        if is_send {
+            let sges = match self.rq.front() {
+                Some(r) => r.sg_list.clone(),
+                None => return Err(inv_req()),
+            };
+            match sh
+                .mrs
+                .scatter(self.pd, &sges, self.resp.recv_offset, &pkt.payload)
+            {
+                Ok(()) => {}
+                // Receive buffer too small: the receiver sees LOC_LEN_ERR, the requester a
+                // NAK invalid request (IBTA C9-... class C; rxe reports REM_INV_REQ_ERR on the
+                // receive side instead).
+                Err(crate::mr::ScatterError::Length) => {
+                    return Err(RespErr::Fatal {
+                        nak: NakCode::InvalidRequest,
+                        recv_status: WcStatus::LocLenErr,
+                    })
+                }
+                Err(crate::mr::ScatterError::Protection) => {
+                    return Err(RespErr::Fatal {
+                        nak: NakCode::RemoteOperationalError,
+                        recv_status: WcStatus::LocProtErr,
+                    })
+                }
+            }
+            self.resp.recv_offset += plen as u64;
+            if ends {
+                let byte_len = u32::try_from(self.resp.recv_offset).unwrap_or(u32::MAX);
+                self.complete_recv(sh, WcOpcode::Recv, byte_len, pkt);
+                self.resp.cont = None;
+            } else {
+                self.resp.cont = Some(Cont::Send);
+            }
+        } else if is_write {
+            if let Some(reth) = pkt.reth {
+                self.resp.write = Some(if reth.dma_len == 0 {
+                    WriteCtx {
+                        mr: 0,
+                        off: 0,
+                        resid: 0,
+                        len: 0,
+                    }
+                } else {
+                    let (mr, off) = sh
+                        .mrs
+                        .check_remote(
+                            self.pd,
+                            reth.rkey,
+                            reth.va,
+                            u64::from(reth.dma_len),
+                            AccessFlags::REMOTE_WRITE,
+                        )
+                        .ok_or(RespErr::Fatal {
+                            nak: NakCode::RemoteAccessError,
+                            recv_status: WcStatus::LocAccessErr,
+                        })?;
+                    WriteCtx {
+                        mr,
+                        off,
+                        resid: reth.dma_len,
+                        len: reth.dma_len,
+                    }
+                });
+            }
+            let Some(mut ctx) = self.resp.write else {
+                return Err(inv_req());
+            };
+            let plen32 = plen as u32;
+            let fits = if ends {
+                plen32 == ctx.resid
+            } else {
+                ctx.resid > plen32
+            };
+            if !fits {
+                return Err(inv_req());
+            }
+            if plen > 0 {
+                let Some(e) = sh.mrs.get_mut(ctx.mr) else {
+                    return Err(RespErr::Fatal {
+                        nak: NakCode::RemoteAccessError,
+                        recv_status: WcStatus::LocAccessErr,
+                    });
+                };
+                let Some(dst) = e.data.get_mut(ctx.off..ctx.off + plen) else {
+                    return Err(RespErr::Fatal {
+                        nak: NakCode::RemoteAccessError,
+                        recv_status: WcStatus::LocAccessErr,
+                    });
+                };
+                dst.copy_from_slice(&pkt.payload);
+            }
+            ctx.off += plen;
+            ctx.resid -= plen32;
+            self.resp.write = Some(ctx);
+            if ends {
+                if pkt.imm.is_some() {
+                    self.complete_recv(sh, WcOpcode::RecvRdmaWithImm, ctx.len, pkt);
+                }
+                self.resp.write = None;
+                self.resp.cont = None;
+            } else {
+                self.resp.cont = Some(Cont::Write);
+            }
+        } else if is_read {
+            let Some(reth) = pkt.reth else {
+                return Err(inv_req());
+            };
+            if reth.dma_len > 0 {
+                sh.mrs
+                    .check_remote(
+                        self.pd,
+                        reth.rkey,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        AccessFlags::REMOTE_READ,
+                    )
+                    .ok_or(RespErr::Fatal {
+                        nak: NakCode::RemoteAccessError,
+                        recv_status: WcStatus::RemAccessErr,
+                    })?;
+            }
+            let n = npkts(u64::from(reth.dma_len), self.mtu());
+            let res = RdRes::Read {
+                first_psn: psn,
+                last_psn: psn_add(psn, n - 1),
+                va: reth.va,
+                rkey: reth.rkey,
+                len: reth.dma_len,
+            };
+            self.push_resource(res);
+            // The MSN counts the READ when it is executed (IBTA C9-148, rxe).
+            self.resp.msn = psn_add(self.resp.msn, 1);
+            self.resp.psn = psn_add(psn, n);
+            self.flush_pending_ack(sh);
+            self.emit_read(sh, res, psn);
+            return Ok(());
+        } else if is_atomic {
+            let Some(a) = pkt.atomic_eth else {
+                return Err(inv_req());
+            };
+            let (mr, off) = sh
+                .mrs
+                .check_remote(self.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                .ok_or(RespErr::Fatal {
+                    nak: NakCode::RemoteAccessError,
+                    recv_status: WcStatus::RemAccessErr,
+                })?;
+            if a.va & 7 != 0 {
+                return Err(inv_req());
+            }
+            let Some(cell) = sh
+                .mrs
+                .get_mut(mr)
+                .and_then(|e| e.data.get_mut(off..off + 8))
+            else {
+                return Err(inv_req());
+            };
+            let mut b = [0u8; 8];
+            b.copy_from_slice(cell);
+            // Atomics operate on little-endian u64s (the byte order of rxe on x86 hosts).
+            let orig = u64::from_le_bytes(b);
+            let new = if op == RcCompareSwap {
+                if orig == a.compare {
+                    a.swap_add
+                } else {
+                    orig
+                }
+            } else {
+                orig.wrapping_add(a.swap_add)
+            };
+            cell.copy_from_slice(&new.to_le_bytes());
+            self.push_resource(RdRes::Atomic { psn, orig });
+            self.resp.msn = psn_add(self.resp.msn, 1);
+            self.resp.psn = psn_add(psn, 1);
+            self.flush_pending_ack(sh);
+            self.send_atomic_ack(sh, psn, orig);
+            return Ok(());
+        }
+        if ends {
+            self.resp.msn = psn_add(self.resp.msn, 1);
+        }
+        self.resp.psn = psn_add(psn, 1);
+        if pkt.bth.ack_req {
+            self.resp.pending_ack = Some(psn);
+        }
+        Ok(())
+    }
+
+    fn complete_recv(&mut self, sh: &mut Shared, opcode: WcOpcode, byte_len: u32, pkt: &Packet) {
+        let Some(r) = self.rq.pop_front() else {
+            return;
+        };
+        let mut wc = WorkCompletion::success(r.wr_id, opcode, byte_len, self.qpn);
+        if let Some(imm) = pkt.imm {
+            wc.imm_data = imm;
+            wc.wc_flags |= WcFlags::WITH_IMM;
+        }
+        self.resp.recv_in_use = false;
+        self.resp.recv_offset = 0;
+        self.complete(sh, self.init.recv_cq, wc, pkt.bth.se);
+    }
+
+    fn push_resource(&mut self, res: RdRes) {
+        let cap = usize::from(self.attr.max_dest_rd_atomic.max(1));
+        while self.resp.resources.len() >= cap {
+            self.resp.resources.pop_front();
+        }
+        self.resp.resources.push_back(res);
+    }
+
+    fn send_atomic_ack(&self, sh: &mut Shared, psn: u32, orig: u64) {
+        let mut p = self.packet(Opcode::RcAtomicAcknowledge, psn, Bytes::new());
+        p.aeth = Some(Aeth {
+            syndrome: AethKind::Ack(ACK_UNLIMITED),
+            msn: self.resp.msn,
+        });
+        p.atomic_ack_eth = Some(AtomicAckEth { orig });
+        self.send(sh, p);
+    }
+
+    /// Sends the READ responses of `res` from PSN `from` on, reading the region now
+    /// [rxe_resp.c `read_reply`]. A region that went away meanwhile drops the replay.
+    fn emit_read(&self, sh: &mut Shared, res: RdRes, from: u32) {
+        let RdRes::Read {
+            first_psn,
+            va,
+            rkey,
+            len,
+            ..
+        } = res
+        else {
+            return;
+        };
+        let mtu = self.mtu() as usize;
+        let n = npkts(u64::from(len), self.mtu());
+        let k0 = psn_diff(from, first_psn).max(0) as u32;
+        let data: Vec<u8> = if len == 0 {
+            Vec::new()
+        } else {
+            match sh
+                .mrs
+                .check_remote(self.pd, rkey, va, u64::from(len), AccessFlags::REMOTE_READ)
+            {
+                Some((h, off)) => match sh.mrs.get(h) {
+                    Some(e) => e.data[off..off + len as usize].to_vec(),
+                    None => return,
+                },
+                None => {
+                    sh.counters.duplicate_requests += 1;
+                    return;
+                }
+            }
+        };
+        let data = Bytes::from(data);
+        for k in k0..n {
+            let opcode = match (n == 1, k == 0, k + 1 == n) {
+                (true, _, _) => Opcode::RcRdmaReadResponseOnly,
+                (false, true, _) => Opcode::RcRdmaReadResponseFirst,
+                (false, false, true) => Opcode::RcRdmaReadResponseLast,
+                (false, false, false) => Opcode::RcRdmaReadResponseMiddle,
+            };
+            let start = (k as usize * mtu).min(data.len());
+            let end = (start + mtu).min(data.len());
+            let mut p = self.packet(opcode, psn_add(first_psn, k), data.slice(start..end));
+            if opcode != Opcode::RcRdmaReadResponseMiddle {
+                p.aeth = Some(Aeth {
+                    syndrome: AethKind::Ack(ACK_UNLIMITED),
+                    msn: self.resp.msn,
+                });
+            }
+            self.send(sh, p);
+        }
+    }
+
+    /// A request with a PSN already executed: SEND/WRITE are re-ACKed without delivering
+    /// again (IBTA C9-105); READ and atomic are answered from the responder resources, not
+    /// executed again [rxe_resp.c `duplicate_request`]. Unknown duplicates are dropped.
+    fn duplicate(&mut self, sh: &mut Shared, pkt: &Packet) {
+        let psn = pkt.bth.psn;
+        match pkt.bth.opcode {
+            Opcode::RcRdmaReadRequest => {
+                let found = self.resp.resources.iter().copied().find(|r| {
+                    matches!(*r, RdRes::Read { first_psn, last_psn, .. }
+                        if psn_diff(psn, first_psn) >= 0 && psn_diff(psn, last_psn) <= 0)
+                });
+                let Some(
+                    res @ RdRes::Read {
+                        first_psn,
+                        va,
+                        rkey,
+                        ..
+                    },
+                ) = found
+                else {
+                    return;
+                };
+                let k = psn_diff(psn, first_psn) as u64;
+                let want_va = va.wrapping_add(k * u64::from(self.mtu()));
+                if pkt.reth.is_none_or(|r| r.rkey != rkey || r.va != want_va) {
+                    return;
+                }
+                self.flush_pending_ack(sh);
+                self.emit_read(sh, res, psn);
+            }
+            Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
+                let orig = self.resp.resources.iter().find_map(|r| match *r {
+                    RdRes::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                if let Some(orig) = orig {
+                    self.flush_pending_ack(sh);
+                    self.send_atomic_ack(sh, psn, orig);
+                }
+            }
+            _ => {
+                self.resp.pending_ack = Some(psn_add(self.resp.psn, PSN_MASK));
+            }
+        }
+    }
+}

@@ -1,0 +1,1245 @@
+//! Unit tests of the verbs and RC rules, one test per rule, named after it.
+
+use crate::roce::{AethKind, Opcode};
+use crate::testutil::*;
+use crate::{pump::pump_pair, SimDevice, SimDeviceConfig};
+use verbs_core::*;
+
+fn send(n: &Node, id: u64, off: u64, len: u32) -> SendWr {
+    SendWr::send(id, vec![n.mr.sge(off, len)])
+}
+
+fn recv(n: &Node, id: u64, off: u64, len: u32) -> RecvWr {
+    RecvWr::new(id, vec![n.mr.sge(off, len)])
+}
+
+fn err_attr() -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    }
+}
+
+fn state(n: &Node) -> QpState {
+    n.dev.query_qp(n.qp.handle).unwrap().0.qp_state
+}
+
+// ---------------------------------------------------------------------------------------
+// Object creation and identity
+
+#[test]
+fn qpns_are_24_bit_never_0_or_1_and_unique_while_alive() {
+    let mut cfg = SimDeviceConfig::new("x", gid(9));
+    cfg.first_qpn = 0;
+    let mut d = SimDevice::new(cfg);
+    let pd = d.alloc_pd().unwrap();
+    let cq = d.create_cq(4, None).unwrap();
+    let init = QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        cap: caps(2),
+        qp_type: QpType::Rc,
+        sq_sig_all: false,
+    };
+    let a = d.create_qp(pd, &init).unwrap();
+    let b = d.create_qp(pd, &init).unwrap();
+    assert!(a.qp_num >= 2 && b.qp_num >= 2 && a.qp_num != b.qp_num);
+    assert!(a.qp_num <= QPN_MASK);
+}
+
+#[test]
+fn keys_and_addresses_are_deterministic_and_regions_do_not_overlap() {
+    let mk = || {
+        let mut d = SimDevice::new(SimDeviceConfig::new("x", gid(9)));
+        let pd = d.alloc_pd().unwrap();
+        let a = d.reg_mr(pd, 5000, AccessFlags::LOCAL_WRITE).unwrap();
+        let b = d.reg_mr(pd, 10, ALL_ACCESS).unwrap();
+        (a, b)
+    };
+    let (a, b) = mk();
+    assert_eq!(mk(), (a, b));
+    assert!(a.addr + a.length < b.addr);
+    assert_eq!(a.rkey, 0, "no remote access, no rkey (rxe)");
+    assert_eq!(b.rkey, b.lkey);
+    assert_ne!(a.lkey >> 8, b.lkey >> 8);
+}
+
+#[test]
+fn reg_mr_remote_write_without_local_write_is_einval() {
+    let mut d = SimDevice::new(SimDeviceConfig::new("x", gid(9)));
+    let pd = d.alloc_pd().unwrap();
+    let e = d.reg_mr(pd, 64, AccessFlags::REMOTE_WRITE).unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL);
+    assert_eq!(
+        d.reg_mr(pd, 0, AccessFlags::LOCAL_WRITE).unwrap_err().errno,
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn mr_write_read_outside_the_region_is_efault() {
+    let mut n = node(1);
+    let e = n
+        .dev
+        .mr_write(n.mr.handle, n.mr.length - 1, &[1, 2])
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EFAULT);
+    n.dev.mr_write(n.mr.handle, 3, &[7, 8]).unwrap();
+    let mut b = [0; 2];
+    n.dev.mr_read(n.mr.handle, 3, &mut b).unwrap();
+    assert_eq!(b, [7, 8]);
+}
+
+#[test]
+fn limits_are_enomem_or_einval() {
+    let mut cfg = SimDeviceConfig::new("x", gid(9));
+    cfg.max_pd = 1;
+    cfg.max_cqe = 8;
+    let mut d = SimDevice::new(cfg);
+    d.alloc_pd().unwrap();
+    assert_eq!(d.alloc_pd().unwrap_err().errno, Errno::ENOMEM);
+    assert_eq!(d.create_cq(9, None).unwrap_err().errno, Errno::EINVAL);
+    assert_eq!(d.create_cq(0, None).unwrap_err().errno, Errno::EINVAL);
+}
+
+#[test]
+fn destroy_cq_or_pd_in_use_is_ebusy() {
+    let mut n = node(1);
+    assert_eq!(n.dev.destroy_cq(n.scq).unwrap_err().errno, Errno::EBUSY);
+    assert_eq!(n.dev.dealloc_pd(n.pd).unwrap_err().errno, Errno::EBUSY);
+    n.dev.destroy_qp(n.qp.handle).unwrap();
+    n.dev.destroy_cq(n.scq).unwrap();
+    assert_eq!(
+        n.dev.dealloc_pd(n.pd).unwrap_err().errno,
+        Errno::EBUSY,
+        "MR uses it"
+    );
+    n.dev.dereg_mr(n.mr.handle).unwrap();
+    n.dev.dealloc_pd(n.pd).unwrap();
+}
+
+#[test]
+fn destroy_qp_discards_wrs_without_completions() {
+    let (mut a, _b) = pair();
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 2, 0, 8)]).unwrap();
+    a.dev.destroy_qp(a.qp.handle).unwrap();
+    assert!(poll(&mut a.dev, a.scq).is_empty());
+    assert!(poll(&mut a.dev, a.rcq).is_empty());
+    assert_eq!(
+        a.dev
+            .post_send(a.qp.handle, &[send(&a, 3, 0, 8)])
+            .unwrap_err()
+            .errno(),
+        Errno::EINVAL
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Posting
+
+#[test]
+fn post_send_in_reset_init_rtr_is_einval() {
+    let mut a = node(1);
+    let b = node(2);
+    let wr = send(&a, 1, 0, 8);
+    assert_eq!(
+        a.dev
+            .post_send(a.qp.handle, std::slice::from_ref(&wr))
+            .unwrap_err()
+            .errno(),
+        Errno::EINVAL
+    );
+    to_init(&mut a);
+    assert_eq!(
+        a.dev
+            .post_send(a.qp.handle, std::slice::from_ref(&wr))
+            .unwrap_err()
+            .errno(),
+        Errno::EINVAL
+    );
+    to_rtr(&mut a, &conn_attr(b.dev.gid(), b.qp.qp_num, 0));
+    let e = a.dev.post_send(a.qp.handle, &[wr]).unwrap_err();
+    assert_eq!((e.errno(), e.bad_wr), (Errno::EINVAL, 0));
+}
+
+#[test]
+fn post_recv_in_reset_is_einval_and_allowed_from_init() {
+    let mut a = node(1);
+    let wr = recv(&a, 1, 0, 8);
+    assert_eq!(
+        a.dev
+            .post_recv(a.qp.handle, std::slice::from_ref(&wr))
+            .unwrap_err()
+            .errno(),
+        Errno::EINVAL
+    );
+    to_init(&mut a);
+    a.dev.post_recv(a.qp.handle, &[wr]).unwrap();
+}
+
+#[test]
+fn post_send_beyond_max_send_wr_is_enomem_and_earlier_wrs_are_posted() {
+    let (mut a, mut b) = pair();
+    let wrs: Vec<_> = (0..20).map(|i| send(&a, i, 0, 4)).collect();
+    let e = a.dev.post_send(a.qp.handle, &wrs).unwrap_err();
+    assert_eq!((e.errno(), e.bad_wr), (Errno::ENOMEM, 16));
+    let rwrs: Vec<_> = (0..16).map(|i| recv(&b, 100 + i, 0, 4)).collect();
+    b.dev.post_recv(b.qp.handle, &rwrs).unwrap();
+    pump(&mut a, &mut b);
+    let ids: Vec<u64> = poll(&mut a.dev, a.scq).iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..16).collect::<Vec<_>>());
+}
+
+#[test]
+fn post_recv_beyond_max_recv_wr_is_enomem() {
+    let (mut a, _b) = pair();
+    let wrs: Vec<_> = (0..17).map(|i| recv(&a, i, 0, 4)).collect();
+    let e = a.dev.post_recv(a.qp.handle, &wrs).unwrap_err();
+    assert_eq!((e.errno(), e.bad_wr), (Errno::ENOMEM, 16));
+}
+
+#[test]
+fn more_sges_than_max_sge_is_einval_and_bad_wr_names_it() {
+    let (mut a, mut b) = pair();
+    let five = SendWr::send(3, vec![a.mr.sge(0, 1); 5]);
+    let e = a
+        .dev
+        .post_send(
+            a.qp.handle,
+            &[
+                send(&a, 1, 0, 1),
+                send(&a, 2, 0, 1),
+                five,
+                send(&a, 4, 0, 1),
+            ],
+        )
+        .unwrap_err();
+    assert_eq!((e.errno(), e.bad_wr), (Errno::EINVAL, 2));
+    let e = a
+        .dev
+        .post_recv(a.qp.handle, &[RecvWr::new(9, vec![a.mr.sge(0, 1); 5])])
+        .unwrap_err();
+    assert_eq!((e.errno(), e.bad_wr), (Errno::EINVAL, 0));
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 1, 0, 8), recv(&b, 2, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+}
+
+#[test]
+fn atomic_with_wrong_length_or_misaligned_address_is_einval_at_post() {
+    let (mut a, _b) = pair();
+    let mis = SendWr::atomic_fetch_and_add(1, a.mr.sge(0, 8), 0x1004, 1, 1);
+    assert_eq!(
+        a.dev.post_send(a.qp.handle, &[mis]).unwrap_err().errno(),
+        Errno::EINVAL
+    );
+    let short = SendWr::atomic_fetch_and_add(1, a.mr.sge(0, 4), 0x1000, 1, 1);
+    assert_eq!(
+        a.dev.post_send(a.qp.handle, &[short]).unwrap_err().errno(),
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn inline_longer_than_max_inline_data_is_einval() {
+    let (mut a, _b) = pair();
+    let wr = send(&a, 1, 0, 65).with_flags(SendFlags::SIGNALED | SendFlags::INLINE);
+    assert_eq!(
+        a.dev.post_send(a.qp.handle, &[wr]).unwrap_err().errno(),
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn bad_lkey_is_checked_at_execution_loc_prot_err_then_flush() {
+    let (mut a, mut b) = pair();
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 50, 0, 64)])
+        .unwrap();
+    let mut bad = send(&a, 2, 0, 8);
+    bad.sg_list[0].lkey ^= 0xFF;
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 8), bad, send(&a, 3, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::LocProtErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(state(&a), QpState::Err);
+    assert_eq!(state(&b), QpState::Rts, "the peer never saw the bad WR");
+}
+
+#[test]
+fn inline_send_copies_at_post_time_and_skips_lkey() {
+    let (mut a, mut b) = pair();
+    a.dev.mr_write(a.mr.handle, 0, b"inline!!").unwrap();
+    let mut wr = send(&a, 1, 0, 8).with_flags(SendFlags::SIGNALED | SendFlags::INLINE);
+    wr.sg_list[0].lkey = 0xdead;
+    a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+    a.dev.mr_write(a.mr.handle, 0, b"changed!").unwrap();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 9, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    let mut got = [0u8; 8];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(&got, b"inline!!");
+}
+
+// ---------------------------------------------------------------------------------------
+// modify_qp
+
+#[test]
+fn modify_qp_illegal_transition_is_einval_and_changes_nothing() {
+    let mut a = node(1);
+    let e = a
+        .dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL, "RESET -> ERR is not in the table");
+    assert_eq!(state(&a), QpState::Reset);
+    to_init(&mut a);
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..conn_attr(gid(2), 5, 0)
+    };
+    assert_eq!(
+        a.dev
+            .modify_qp(a.qp.handle, &rts, RTS_MASK)
+            .unwrap_err()
+            .errno,
+        Errno::EINVAL
+    );
+    assert_eq!(state(&a), QpState::Init);
+}
+
+#[test]
+fn modify_qp_missing_required_attribute_is_einval() {
+    let mut a = node(1);
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        ..QpAttr::default()
+    };
+    let e = a
+        .dev
+        .modify_qp(a.qp.handle, &attr, QpAttrMask::STATE | QpAttrMask::PORT)
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL);
+    assert_eq!(state(&a), QpState::Reset);
+}
+
+#[test]
+fn modify_qp_out_of_range_attribute_is_einval_and_changes_nothing() {
+    let mut a = node(1);
+    to_init(&mut a);
+    let good = conn_attr(gid(2), 5, 7);
+    for bad in [
+        QpAttr {
+            max_dest_rd_atomic: 200,
+            ..good
+        },
+        QpAttr {
+            ah_attr: AhAttr {
+                is_global: false,
+                ..good.ah_attr
+            },
+            ..good
+        },
+        QpAttr {
+            dest_qp_num: 1 << 24,
+            ..good
+        },
+        QpAttr {
+            min_rnr_timer: 32,
+            ..good
+        },
+    ] {
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..bad
+        };
+        assert_eq!(
+            a.dev
+                .modify_qp(a.qp.handle, &attr, RTR_MASK)
+                .unwrap_err()
+                .errno,
+            Errno::EINVAL
+        );
+        assert_eq!(state(&a), QpState::Init);
+    }
+    to_rtr(&mut a, &good);
+    for bad in [
+        QpAttr {
+            timeout: 32,
+            ..good
+        },
+        QpAttr {
+            retry_cnt: 8,
+            ..good
+        },
+        QpAttr {
+            rnr_retry: 8,
+            ..good
+        },
+        QpAttr {
+            max_rd_atomic: 255,
+            ..good
+        },
+    ] {
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            ..bad
+        };
+        assert_eq!(
+            a.dev
+                .modify_qp(a.qp.handle, &attr, RTS_MASK)
+                .unwrap_err()
+                .errno,
+            Errno::EINVAL
+        );
+        assert_eq!(state(&a), QpState::Rtr);
+    }
+}
+
+#[test]
+fn psns_are_masked_to_24_bits() {
+    let mut a = node(1);
+    to_init(&mut a);
+    let at = conn_attr(gid(2), 5, 0x7F12_3456);
+    to_rtr(&mut a, &at);
+    to_rts(&mut a, &at);
+    let (q, _) = a.dev.query_qp(a.qp.handle).unwrap();
+    assert_eq!((q.sq_psn, q.rq_psn), (0x12_3456, 0x12_3456));
+}
+
+// ---------------------------------------------------------------------------------------
+// ERR and flushes
+
+#[test]
+fn entry_to_err_flushes_sq_then_rq_in_post_order() {
+    let (mut a, _b) = pair();
+    a.dev
+        .post_recv(
+            a.qp.handle,
+            &[recv(&a, 10, 0, 8), recv(&a, 11, 0, 8), recv(&a, 12, 0, 8)],
+        )
+        .unwrap();
+    let unsignaled = send(&a, 2, 0, 8).with_flags(SendFlags::empty());
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[send(&a, 1, 0, 8), unsignaled, send(&a, 3, 0, 8)],
+        )
+        .unwrap();
+    // Nothing pumped: all outstanding. The flush happens inside modify_qp.
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    let s = poll(&mut a.dev, a.scq);
+    assert_eq!(
+        statuses(&s),
+        vec![
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ],
+        "unsignaled WRs are flushed too"
+    );
+    assert!(s
+        .iter()
+        .all(|w| *w == WorkCompletion::error(w.wr_id, w.status, a.qp.qp_num)));
+    let r = poll(&mut a.dev, a.rcq);
+    assert_eq!(
+        statuses(&r),
+        vec![
+            (10, WcStatus::WrFlushErr),
+            (11, WcStatus::WrFlushErr),
+            (12, WcStatus::WrFlushErr)
+        ]
+    );
+    // ERR -> ERR flushes nothing again.
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    assert!(poll(&mut a.dev, a.scq).is_empty());
+}
+
+#[test]
+fn entry_to_err_from_init_and_rtr_flushes_receives() {
+    let mut a = node(1);
+    to_init(&mut a);
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 1, 0, 8)]).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.rcq)),
+        vec![(1, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn unsignaled_successful_send_makes_no_completion() {
+    let (mut a, mut b) = pair();
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 1, 0, 8), recv(&b, 2, 0, 8)])
+        .unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[
+                send(&a, 1, 0, 8).with_flags(SendFlags::empty()),
+                send(&a, 2, 0, 8),
+            ],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(2, WcStatus::Success)]
+    );
+    assert_eq!(poll(&mut b.dev, b.rcq).len(), 2);
+}
+
+#[test]
+fn sq_sig_all_signals_every_send() {
+    let mut a = node_with(1, caps(8), 64, true);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |_| {});
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[send(&a, 1, 0, 8).with_flags(SendFlags::empty())],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+}
+
+#[test]
+fn post_in_err_is_accepted_and_flushed_immediately() {
+    let (mut a, _b) = pair();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[
+                send(&a, 1, 0, 8).with_flags(SendFlags::empty()),
+                send(&a, 2, 0, 8),
+            ],
+        )
+        .unwrap();
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 3, 0, 8)]).unwrap();
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.rcq)),
+        vec![(3, WcStatus::WrFlushErr)]
+    );
+    // Malformed WRs are still refused in ERR.
+    let five = SendWr::send(4, vec![a.mr.sge(0, 1); 5]);
+    assert_eq!(
+        a.dev.post_send(a.qp.handle, &[five]).unwrap_err().errno(),
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn err_to_reset_and_rts_to_reset_empty_queues_without_completions() {
+    let (mut a, _b) = pair();
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 2, 0, 8)]).unwrap();
+    let reset = QpAttr::default();
+    a.dev
+        .modify_qp(a.qp.handle, &reset, QpAttrMask::STATE)
+        .unwrap();
+    assert!(poll(&mut a.dev, a.scq).is_empty() && poll(&mut a.dev, a.rcq).is_empty());
+    to_init(&mut a);
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 3, 0, 8)]).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(poll(&mut a.dev, a.rcq).len(), 1);
+    a.dev
+        .modify_qp(a.qp.handle, &reset, QpAttrMask::STATE)
+        .unwrap();
+    assert!(poll(&mut a.dev, a.rcq).is_empty());
+    assert_eq!(state(&a), QpState::Reset);
+}
+
+#[test]
+fn qp_can_be_reconnected_after_err_and_reset() {
+    let (mut a, mut b) = pair();
+    for n in [&mut a, &mut b] {
+        n.dev
+            .modify_qp(n.qp.handle, &err_attr(), QpAttrMask::STATE)
+            .unwrap();
+        n.dev
+            .modify_qp(n.qp.handle, &QpAttr::default(), QpAttrMask::STATE)
+            .unwrap();
+    }
+    connect_with(&mut a, &mut b, |at| {
+        at.sq_psn = 0x500;
+        at.rq_psn = 0x500;
+    });
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// CQs, channels, events
+
+#[test]
+fn cq_overrun_raises_cq_err_and_moves_the_qp_to_err() {
+    let mut a = node_with(1, caps(8), 2, false);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |_| {});
+    let rs: Vec<_> = (0..4).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 99, 0, 8)]).unwrap();
+    let ss: Vec<_> = (0..4).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        a.dev.get_async_event(),
+        Some(AsyncEvent {
+            event_type: AsyncEventType::CqErr,
+            element: AsyncElement::Cq(a.scq)
+        })
+    );
+    assert_eq!(state(&a), QpState::Err);
+    // Stored entries come out first, then the CQ reports EIO.
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    let mut v = Vec::new();
+    assert_eq!(
+        a.dev.poll_cq(a.scq, 4, &mut v).unwrap_err().errno,
+        Errno::EIO
+    );
+    // The receive queue's flush goes to its own (healthy) CQ.
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.rcq)),
+        vec![(99, WcStatus::WrFlushErr)]
+    );
+    assert!(a.dev.counters().completions_lost >= 2);
+}
+
+#[test]
+fn req_notify_cq_notifies_once_then_disarms() {
+    let ch = CompChannel::new();
+    let mut a = node(1);
+    let mut b = node(2);
+    let cq = b.dev.create_cq(16, Some(&ch)).unwrap();
+    // Give b a QP that reports receives to the channel CQ.
+    b.dev.destroy_qp(b.qp.handle).unwrap();
+    b.qp = b
+        .dev
+        .create_qp(
+            b.pd,
+            &QpInitAttr {
+                send_cq: b.scq,
+                recv_cq: cq,
+                cap: caps(8),
+                qp_type: QpType::Rc,
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    b.rcq = cq;
+    connect_with(&mut a, &mut b, |_| {});
+    assert_eq!(
+        b.dev.req_notify_cq(b.scq, false).unwrap_err().errno,
+        Errno::EINVAL
+    );
+    b.dev.req_notify_cq(cq, false).unwrap();
+    let rs: Vec<_> = (0..3).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 8), send(&a, 2, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(ch.try_get_cq_event().unwrap(), cq);
+    assert_eq!(
+        ch.try_get_cq_event().unwrap_err().errno,
+        Errno::EAGAIN,
+        "disarmed"
+    );
+    // Solicited-only ignores an unsolicited receive, fires on a solicited one.
+    b.dev.req_notify_cq(cq, true).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 3, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert!(ch.try_get_cq_event().is_err());
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 5, 0, 8)]).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[send(&a, 4, 0, 8).with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED)],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(ch.try_get_cq_event().unwrap(), cq);
+}
+
+#[test]
+fn comm_est_is_raised_when_a_packet_arrives_in_rtr() {
+    let mut a = node(1);
+    let mut b = node(2);
+    let ab = conn_attr(b.dev.gid(), b.qp.qp_num, 0);
+    let ba = conn_attr(a.dev.gid(), a.qp.qp_num, 0);
+    to_init(&mut a);
+    to_rtr(&mut a, &ab);
+    to_rts(&mut a, &ab);
+    to_init(&mut b);
+    to_rtr(&mut b, &ba);
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        b.dev.get_async_event(),
+        Some(AsyncEvent {
+            event_type: AsyncEventType::CommEst,
+            element: AsyncElement::Qp(b.qp.qp_num)
+        })
+    );
+    assert_eq!(b.dev.get_async_event(), None);
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(1, WcStatus::Success)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// RC data path
+
+#[test]
+fn send_recv_is_byte_exact_across_segmentation() {
+    let (mut a, mut b) = pair();
+    let data = pattern(1000, 3);
+    a.dev.mr_write(a.mr.handle, 100, &data).unwrap();
+    // Two receive SGEs to check scattering across them.
+    b.dev
+        .post_recv(
+            b.qp.handle,
+            &[RecvWr::new(7, vec![b.mr.sge(0, 300), b.mr.sge(4096, 800)])],
+        )
+        .unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[SendWr::send_with_imm(1, vec![a.mr.sge(100, 1000)], 0xabcd)],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    let wc = poll(&mut b.dev, b.rcq);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (WcStatus::Success, WcOpcode::Recv, 1000)
+    );
+    assert_eq!(
+        (wc[0].imm_data, wc[0].wc_flags),
+        (0xabcd, WcFlags::WITH_IMM)
+    );
+    let mut got = vec![0u8; 300];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    let mut rest = vec![0u8; 700];
+    b.dev.mr_read(b.mr.handle, 4096, &mut rest).unwrap();
+    got.extend(rest);
+    assert_eq!(got, data);
+    let s = poll(&mut a.dev, a.scq);
+    assert_eq!(
+        (s[0].status, s[0].opcode, s[0].byte_len),
+        (WcStatus::Success, WcOpcode::Send, 1000)
+    );
+}
+
+#[test]
+fn segmentation_uses_first_middle_last_and_only_by_path_mtu() {
+    let (mut a, b) = pair();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[send(&a, 1, 0, 600), send(&a, 2, 0, 256), send(&a, 3, 0, 0)],
+        )
+        .unwrap();
+    let mut ops = Vec::new();
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        assert_eq!(t.dst, b.dev.gid());
+        assert!(t.packet.is_consistent());
+        ops.push((
+            t.packet.bth.opcode,
+            t.packet.payload.len(),
+            t.packet.bth.psn,
+            t.packet.bth.ack_req,
+        ));
+    }
+    use Opcode::*;
+    assert_eq!(
+        ops,
+        vec![
+            (RcSendFirst, 256, 0x10, false),
+            (RcSendMiddle, 256, 0x11, false),
+            (RcSendLast, 88, 0x12, true),
+            (RcSendOnly, 256, 0x13, true),
+            (RcSendOnly, 0, 0x14, true),
+        ]
+    );
+}
+
+#[test]
+fn psn_wraps_at_24_bits() {
+    let mut a = node(1);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |at| {
+        at.sq_psn = 0xFF_FFFE;
+        at.rq_psn = 0xFF_FFFE;
+    });
+    let data = pattern(1024, 9);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 1, 0, 2048)])
+        .unwrap();
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 1024), send(&a, 2, 0, 10)])
+        .unwrap();
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 2, 4096, 16)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    let (q, _) = a.dev.query_qp(a.qp.handle).unwrap();
+    assert_eq!(q.sq_psn, 3, "0xfffffe + 5 packets wraps to 3");
+    let mut got = vec![0u8; 1024];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn rdma_write_is_byte_exact_and_consumes_no_receive() {
+    let (mut a, mut b) = pair();
+    let data = pattern(700, 1);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[SendWr::rdma_write(
+                1,
+                vec![a.mr.sge(0, 700)],
+                b.mr.addr + 1000,
+                b.mr.rkey,
+            )],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    let s = poll(&mut a.dev, a.scq);
+    assert_eq!(
+        (s[0].status, s[0].opcode),
+        (WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    let mut got = vec![0u8; 700];
+    b.dev.mr_read(b.mr.handle, 1000, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert!(poll(&mut b.dev, b.rcq).is_empty(), "no receive consumed");
+}
+
+#[test]
+fn rdma_write_with_imm_consumes_a_receive() {
+    let (mut a, mut b) = pair();
+    let data = pattern(300, 2);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 5, 0, 0)]).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[SendWr::rdma_write_with_imm(
+                1,
+                vec![a.mr.sge(0, 300)],
+                b.mr.addr + 64,
+                b.mr.rkey,
+                77,
+            )],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    let r = poll(&mut b.dev, b.rcq);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].wr_id, r[0].opcode, r[0].byte_len, r[0].imm_data),
+        (5, WcOpcode::RecvRdmaWithImm, 300, 77)
+    );
+    let mut got = vec![0u8; 300];
+    b.dev.mr_read(b.mr.handle, 64, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn rdma_read_is_byte_exact_across_response_packets() {
+    let (mut a, mut b) = pair();
+    let data = pattern(900, 5);
+    b.dev.mr_write(b.mr.handle, 2000, &data).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[
+                SendWr::rdma_read(
+                    1,
+                    vec![a.mr.sge(0, 400), a.mr.sge(8192, 500)],
+                    b.mr.addr + 2000,
+                    b.mr.rkey,
+                ),
+                send(&a, 2, 0, 4),
+            ],
+        )
+        .unwrap();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    let s = poll(&mut a.dev, a.scq);
+    assert_eq!(
+        statuses(&s),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!((s[0].opcode, s[0].byte_len), (WcOpcode::RdmaRead, 900));
+    let mut got = vec![0u8; 400];
+    a.dev.mr_read(a.mr.handle, 0, &mut got).unwrap();
+    let mut rest = vec![0u8; 500];
+    a.dev.mr_read(a.mr.handle, 8192, &mut rest).unwrap();
+    got.extend(rest);
+    assert_eq!(got, data);
+}
+
+#[test]
+fn read_credits_limit_outstanding_reads_to_max_rd_atomic() {
+    let mut a = node(1);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |at| at.max_rd_atomic = 1);
+    let r = |id| SendWr::rdma_read(id, vec![a.mr.sge(0, 8)], b.mr.addr, b.mr.rkey);
+    a.dev.post_send(a.qp.handle, &[r(1), r(2), r(3)]).unwrap();
+    let mut first = Vec::new();
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        first.push(t);
+    }
+    assert_eq!(first.len(), 1, "one READ in flight with max_rd_atomic 1");
+    for t in first {
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    pump(&mut a, &mut b);
+    assert_eq!(poll(&mut a.dev, a.scq).len(), 3);
+}
+
+#[test]
+fn atomics_compare_swap_and_fetch_add_are_exact() {
+    let (mut a, mut b) = pair();
+    b.dev
+        .mr_write(b.mr.handle, 64, &100u64.to_le_bytes())
+        .unwrap();
+    let cs_hit = SendWr::atomic_cmp_and_swp(1, a.mr.sge(0, 8), b.mr.addr + 64, b.mr.rkey, 100, 7);
+    let cs_miss = SendWr::atomic_cmp_and_swp(2, a.mr.sge(8, 8), b.mr.addr + 64, b.mr.rkey, 100, 9);
+    let fa = SendWr::atomic_fetch_and_add(3, a.mr.sge(16, 8), b.mr.addr + 64, b.mr.rkey, 5);
+    a.dev
+        .post_send(a.qp.handle, &[cs_hit, cs_miss, fa])
+        .unwrap();
+    pump(&mut a, &mut b);
+    let s = poll(&mut a.dev, a.scq);
+    assert_eq!(
+        s.iter().map(|w| (w.status, w.opcode)).collect::<Vec<_>>(),
+        vec![
+            (WcStatus::Success, WcOpcode::CompSwap),
+            (WcStatus::Success, WcOpcode::CompSwap),
+            (WcStatus::Success, WcOpcode::FetchAdd)
+        ]
+    );
+    let mut got = [0u8; 24];
+    a.dev.mr_read(a.mr.handle, 0, &mut got).unwrap();
+    let v = |i: usize| u64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+    assert_eq!((v(0), v(1), v(2)), (100, 7, 7));
+    let mut cell = [0u8; 8];
+    b.dev.mr_read(b.mr.handle, 64, &mut cell).unwrap();
+    assert_eq!(u64::from_le_bytes(cell), 12);
+}
+
+#[test]
+fn bad_rkey_is_rem_access_err_and_both_qps_go_to_err() {
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 40, 0, 8)]).unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[
+                send(&a, 1, 0, 8),
+                SendWr::rdma_write(2, vec![a.mr.sge(0, 8)], b.mr.addr, b.mr.rkey ^ 0x1),
+                send(&a, 3, 0, 8),
+            ],
+        )
+        .unwrap();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 41, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(state(&a), QpState::Err);
+    // rxe: class C error moves the responder to ERR too; its remaining receives flush.
+    assert_eq!(state(&b), QpState::Err);
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(40, WcStatus::Success), (41, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn out_of_bounds_or_missing_mr_access_is_rem_access_err() {
+    for case in 0..3 {
+        let (mut a, mut b) = pair();
+        let ro = b.dev.reg_mr(b.pd, 64, AccessFlags::REMOTE_READ).unwrap();
+        let wr = match case {
+            0 => SendWr::rdma_write(
+                1,
+                vec![a.mr.sge(0, 16)],
+                b.mr.addr + b.mr.length - 8,
+                b.mr.rkey,
+            ),
+            1 => SendWr::rdma_write(1, vec![a.mr.sge(0, 16)], ro.addr, ro.rkey),
+            _ => SendWr::atomic_fetch_and_add(1, a.mr.sge(0, 8), ro.addr, ro.rkey, 1),
+        };
+        a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+        pump(&mut a, &mut b);
+        assert_eq!(
+            statuses(&poll(&mut a.dev, a.scq)),
+            vec![(1, WcStatus::RemAccessErr)],
+            "case {case}"
+        );
+    }
+}
+
+#[test]
+fn qp_without_remote_access_flag_naks_invalid_request() {
+    let mut a = node(1);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |_| {});
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        qp_access_flags: AccessFlags::LOCAL_WRITE,
+        ..QpAttr::default()
+    };
+    b.dev
+        .modify_qp(b.qp.handle, &attr, QpAttrMask::ACCESS_FLAGS)
+        .unwrap();
+    a.dev
+        .post_send(
+            a.qp.handle,
+            &[SendWr::rdma_read(
+                1,
+                vec![a.mr.sge(0, 8)],
+                b.mr.addr,
+                b.mr.rkey,
+            )],
+        )
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::RemInvReqErr)]
+    );
+    assert_eq!(state(&b), QpState::Err);
+}
+
+#[test]
+fn receive_too_small_is_loc_len_err_and_requester_gets_rem_inv_req_err() {
+    let (mut a, mut b) = pair();
+    b.dev
+        .post_recv(b.qp.handle, &[recv(&b, 1, 0, 100), recv(&b, 2, 0, 100)])
+        .unwrap();
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 600), send(&a, 2, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(1, WcStatus::LocLenErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::RemInvReqErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn bad_receive_lkey_is_loc_prot_err_and_requester_gets_rem_op_err() {
+    let (mut a, mut b) = pair();
+    let mut r = recv(&b, 1, 0, 100);
+    r.sg_list[0].lkey ^= 0x55;
+    b.dev.post_recv(b.qp.handle, &[r]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 10)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(1, WcStatus::LocProtErr)]
+    );
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::RemOpErr)]
+    );
+}
+
+#[test]
+fn responder_in_err_drops_requests_without_ack() {
+    let (mut a, mut b) = pair();
+    b.dev
+        .modify_qp(b.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    let moved = pump(&mut a, &mut b);
+    assert_eq!(moved, 1, "the request went, nothing came back");
+    assert_eq!(b.dev.counters().qp_not_ready, 1);
+    assert!(poll(&mut a.dev, a.scq).is_empty());
+}
+
+#[test]
+fn acks_are_coalesced() {
+    let (mut a, mut b) = pair();
+    let rs: Vec<_> = (0..5).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    let ss: Vec<_> = (0..5).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        b.dev.counters().acks_sent,
+        1,
+        "one ACK covers five messages"
+    );
+    assert_eq!(poll(&mut a.dev, a.scq).len(), 5);
+}
+
+#[test]
+fn rnr_retry_zero_with_no_receive_is_rnr_retry_exc_err() {
+    let mut a = node(1);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |at| at.rnr_retry = 0);
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 8), send(&a, 2, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        state(&b),
+        QpState::Rts,
+        "RNR is not an error at the responder"
+    );
+}
+
+#[test]
+fn rnr_nak_backs_off_by_min_rnr_timer_then_retries() {
+    let (mut a, mut b) = pair();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(b.dev.counters().rnr_naks_sent, 1);
+    // min_rnr_timer 1 = 10 µs.
+    assert_eq!(a.dev.poll_timeout(), Some(SimTime::from_micros(10)));
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 9, 0, 8)]).unwrap();
+    let end = run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(end, SimTime::from_micros(10));
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(9, WcStatus::Success)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad packets
+
+#[test]
+fn bad_packets_are_counted_and_dropped() {
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    let t = a.dev.poll_transmit(SimTime::ZERO).unwrap();
+    let now = SimTime::ZERO;
+    let mut p = t.packet.clone();
+    p.reth = Some(Default::default());
+    b.dev.handle_packet(now, a.dev.gid(), p);
+    let mut p = t.packet.clone();
+    p.bth.dest_qp = 0x77_7777;
+    b.dev.handle_packet(now, a.dev.gid(), p);
+    b.dev.handle_packet(now, gid(99), t.packet.clone());
+    let mut p = t.packet.clone();
+    p.bth.pkey = 0x1234;
+    b.dev.handle_packet(now, a.dev.gid(), p);
+    let c = b.dev.counters();
+    assert_eq!(
+        (c.malformed, c.unknown_qp, c.wrong_source, c.bad_pkey),
+        (1, 1, 1, 1)
+    );
+    assert!(poll(&mut b.dev, b.rcq).is_empty());
+    // The good one still works afterwards.
+    b.dev.handle_packet(now, a.dev.gid(), t.packet);
+    pump(&mut a, &mut b);
+    assert_eq!(poll(&mut a.dev, a.scq).len(), 1);
+}
+
+#[test]
+fn unexpected_and_duplicate_responses_are_ignored() {
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 1, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    let req = a.dev.poll_transmit(SimTime::ZERO).unwrap();
+    b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), req.packet);
+    let ack = b.dev.poll_transmit(SimTime::ZERO).unwrap();
+    assert!(matches!(
+        ack.packet.aeth.unwrap().syndrome,
+        AethKind::Ack(_)
+    ));
+    a.dev
+        .handle_packet(SimTime::ZERO, b.dev.gid(), ack.packet.clone());
+    a.dev.handle_packet(SimTime::ZERO, b.dev.gid(), ack.packet);
+    assert_eq!(a.dev.counters().unexpected_responses, 1);
+    assert_eq!(poll(&mut a.dev, a.scq).len(), 1);
+}
+
+#[test]
+fn pump_drops_packets_for_other_gids() {
+    let mut a = node(1);
+    let mut b = node(2);
+    let mut c = node(3);
+    connect_with(&mut a, &mut c, |_| {});
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    assert_eq!(pump_pair(&mut a.dev, &mut b.dev, SimTime::ZERO), 0);
+}

@@ -1,0 +1,136 @@
+//! The UD transport of a QP: SEND ONLY (+imm) datagrams with a DETH, Q_Key check, GRH in front
+//! of the received payload (IBTA 9.8, 11.4.1.1; rxe `rxe_req.c`, `rxe_resp.c`).
+
+use crate::device::Shared;
+use crate::psn::psn_add;
+use crate::rc::bare_packet;
+use crate::roce::{Deth, Opcode, Packet};
+use crate::Transmit;
+use bytes::Bytes;
+use verbs_core::{Gid, QpState, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+/// Bytes of the Global Route Header a UD receive buffer gets in front of the payload.
+pub const GRH_BYTES: usize = 40;
+
+/// The 40-byte GRH written in front of a UD payload: IPv6-style header with the source and
+/// destination GIDs (IBTA 8.3; what `IBV_WC_GRH` announces). Next header 0x1B (IB), hop
+/// limit 64.
+fn grh(src: Gid, dst: Gid, payload_len: usize) -> [u8; GRH_BYTES] {
+    let mut g = [0u8; GRH_BYTES];
+    g[0] = 0x60;
+    let plen = u16::try_from(payload_len).unwrap_or(u16::MAX);
+    g[4..6].copy_from_slice(&plen.to_be_bytes());
+    g[6] = 0x1B;
+    g[7] = 64;
+    g[8..24].copy_from_slice(&src.0);
+    g[24..40].copy_from_slice(&dst.0);
+    g
+}
+
+impl crate::qp::SimQp {
+    /// Sends the queued UD datagrams; a UD send completes once it is on the wire.
+    pub(crate) fn transmit_ud(&mut self, sh: &mut Shared) {
+        if !matches!(self.state(), QpState::Rts) {
+            return;
+        }
+        while let Some(w) = self.sq.front() {
+            let payload = match &w.payload {
+                Some(p) => Some(p.clone()),
+                None => sh.mrs.gather(self.pd, &w.wr.sg_list).map(Bytes::from),
+            };
+            let Some(payload) = payload else {
+                self.complete_head(sh, WcStatus::LocProtErr);
+                self.enter_err(sh);
+                return;
+            };
+            let imm = w.wr.opcode.has_imm();
+            let op = if imm {
+                Opcode::UdSendOnlyWithImm
+            } else {
+                Opcode::UdSendOnly
+            };
+            let mut p = bare_packet(op, w.wr.ud.remote_qpn, self.req.psn, payload);
+            // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBTA 10.2.5).
+            let qkey = if w.wr.ud.remote_qkey & 0x8000_0000 != 0 {
+                self.attr.qkey
+            } else {
+                w.wr.ud.remote_qkey
+            };
+            p.deth = Some(Deth {
+                qkey,
+                src_qp: self.qpn,
+            });
+            if imm {
+                p.imm = Some(w.wr.imm_data);
+            }
+            p.bth.se = w.wr.send_flags.contains(verbs_core::SendFlags::SOLICITED);
+            self.req.psn = psn_add(self.req.psn, 1);
+            sh.tx.push_back(Transmit {
+                dst: w.wr.ud.ah.grh.dgid,
+                packet: p,
+            });
+            self.complete_head(sh, WcStatus::Success);
+        }
+    }
+
+    /// Receives a UD datagram: Q_Key must match; no receive posted or a buffer too small for
+    /// GRH + payload drops it silently (UD has no RNR; rxe class D).
+    pub(crate) fn on_ud(&mut self, sh: &mut Shared, src: Gid, pkt: Packet) {
+        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            sh.counters.qp_not_ready += 1;
+            return;
+        }
+        let Some(deth) = pkt.deth else {
+            sh.counters.malformed += 1;
+            return;
+        };
+        if deth.qkey != self.attr.qkey {
+            sh.counters.qkey_mismatch += 1;
+            return;
+        }
+        let Some(r) = self.rq.front() else {
+            sh.counters.ud_no_recv += 1;
+            return;
+        };
+        let total = GRH_BYTES + pkt.payload.len();
+        if r.total_len() < total as u64 {
+            sh.counters.ud_too_long += 1;
+            return;
+        }
+        let mut buf = Vec::with_capacity(total);
+        buf.extend_from_slice(&grh(src, sh.gid, pkt.payload.len()));
+        buf.extend_from_slice(&pkt.payload);
+        let sges = r.sg_list.clone();
+        if sh.mrs.scatter(self.pd, &sges, 0, &buf).is_err() {
+            self.fail_recv_head(sh, WcStatus::LocProtErr);
+            self.enter_err(sh);
+            return;
+        }
+        let Some(r) = self.rq.pop_front() else {
+            return;
+        };
+        let mut wc = WorkCompletion::success(r.wr_id, WcOpcode::Recv, total as u32, self.qpn);
+        wc.src_qp = deth.src_qp;
+        wc.wc_flags = WcFlags::GRH;
+        if let Some(imm) = pkt.imm {
+            wc.imm_data = imm;
+            wc.wc_flags |= WcFlags::WITH_IMM;
+        }
+        self.complete(sh, self.init.recv_cq, wc, pkt.bth.se);
+    }
+
+    /// Emits what the QP has to send now (RC or UD).
+    pub(crate) fn transmit(&mut self, sh: &mut Shared, now: SimTime) {
+        match self.init.qp_type {
+            verbs_core::QpType::Ud => self.transmit_ud(sh),
+            _ => self.transmit_rc(sh, now),
+        }
+    }
+
+    /// Fires due timers (RC only).
+    pub(crate) fn timeout(&mut self, sh: &mut Shared, now: SimTime) {
+        if self.init.qp_type == verbs_core::QpType::Rc {
+            self.timeout_rc(sh, now);
+        }
+    }
+}
