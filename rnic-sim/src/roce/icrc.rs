@@ -71,27 +71,13 @@ impl IpUdpHeader {
         }
     }
 
-    /// A copy with the fields the ICRC masks forced to all ones (cm-spec §1.5 steps 2–3):
-    /// IPv4 TOS, TTL and header checksum; IPv6 traffic class, flow label and hop limit; the UDP
-    /// checksum.
+    /// A copy with the fields the ICRC masks forced to all ones (see [`mask_ip_udp`]).
     pub fn masked_for_icrc(&self) -> IpUdpHeader {
         let mut m = *self;
-        let udp = self.ip_len();
-        if self.ipv6 {
-            // Version (4 bits) is kept; traffic class (8) + flow label (20) become ones.
-            m.buf[0] |= 0x0F;
-            m.buf[1] = 0xFF;
-            m.buf[2] = 0xFF;
-            m.buf[3] = 0xFF;
-            m.buf[7] = 0xFF; // hop limit
-        } else {
-            m.buf[1] = 0xFF; // TOS
-            m.buf[8] = 0xFF; // TTL
-            m.buf[10] = 0xFF; // header checksum
-            m.buf[11] = 0xFF;
+        let len = m.len;
+        if let Some(b) = m.buf.get_mut(..len) {
+            mask_ip_udp(b);
         }
-        m.buf[udp + 6] = 0xFF; // UDP checksum
-        m.buf[udp + 7] = 0xFF;
         m
     }
 
@@ -213,28 +199,70 @@ fn write_ipv4(buf: &mut [u8; 48], total: u16, src: Ipv4Addr, dst: Ipv4Addr) {
     buf[10..12].copy_from_slice(&csum.to_be_bytes());
 }
 
-/// The ICRC of a RoCEv2 transport packet on `flow` (cm-spec §1.5, [rxe_icrc.c]):
-/// `crc32(0xFF×8 ‖ masked IP ‖ masked UDP ‖ BTH with byte 4 = 0xFF ‖ rest)`, the standard
-/// reflected CRC-32 (IEEE 802.3), over the canonical header of [`Flow::ip_udp_header`].
+/// Force the fields the ICRC does not cover to all ones, in place, in an IP (no options) +
+/// UDP header (cm-spec §1.5 steps 2–3, [rxe_icrc.c]): IPv4 TOS, TTL and header checksum; IPv6
+/// traffic class, flow label and hop limit; the UDP checksum. The IP version is read from the
+/// first nibble. Returns false (and leaves `ip_udp` unchanged) unless it is exactly a 28-byte
+/// IPv4 + UDP or a 48-byte IPv6 + UDP header.
+pub fn mask_ip_udp(ip_udp: &mut [u8]) -> bool {
+    let version = ip_udp.first().map(|b| b >> 4);
+    match (version, ip_udp.len()) {
+        (Some(4), 28) => {
+            ip_udp[1] = 0xFF; // TOS
+            ip_udp[8] = 0xFF; // TTL
+            ip_udp[10..12].fill(0xFF); // header checksum
+        }
+        (Some(6), 48) => {
+            // Version (4 bits) is kept; traffic class (8) + flow label (20) become ones.
+            ip_udp[0] |= 0x0F;
+            ip_udp[1..4].fill(0xFF);
+            ip_udp[7] = 0xFF; // hop limit
+        }
+        _ => return false,
+    }
+    let n = ip_udp.len();
+    ip_udp[n - 2..].fill(0xFF); // UDP checksum
+    true
+}
+
+/// The ICRC of a RoCEv2 transport packet carried under the real IP + UDP header `ip_udp`
+/// (28 bytes for IPv4 without options, 48 for IPv6): `crc32(0xFF×8 ‖ masked IP ‖ masked UDP ‖
+/// BTH with byte 4 = 0xFF ‖ rest)`, the standard reflected CRC-32 (IEEE 802.3), cm-spec §1.5
+/// [rxe_icrc.c]. Use this to check captured hardware traffic; the simulator itself uses
+/// [`icrc`].
 ///
-/// `transport` is the UDP payload *without* its trailing 4 ICRC bytes: BTH, extension headers,
-/// payload and pad. Returns `None` if `transport` is shorter than a BTH or the datagram is too
-/// long for the IP/UDP length fields.
+/// `transport` is the UDP payload *without* its trailing 4 ICRC bytes (BTH, extension headers,
+/// payload, pad). Returns `None` if `transport` is shorter than a BTH or `ip_udp` is not a
+/// header [`mask_ip_udp`] accepts.
 ///
-/// On the wire the value is stored least-significant byte first (`to_le_bytes`), as x86 rxe
-/// does (cm-spec §1.5 step 7).
-pub fn icrc(flow: &Flow, transport: &[u8]) -> Option<u32> {
+/// On the wire the value is stored least-significant byte first (`to_le_bytes`): checked
+/// against a ConnectX-4 Lx capture (test `icrc_matches_connectx4_cnp_capture`), which resolves
+/// the byte-order question cm-spec §1.5 step 7 leaves open.
+pub fn icrc_for_ip_udp(ip_udp: &[u8], transport: &[u8]) -> Option<u32> {
     let (bth, rest) = transport.split_first_chunk::<BTH_BYTES>()?;
-    let header = flow
-        .ip_udp_header(transport.len() + ICRC_BYTES)?
-        .masked_for_icrc();
+    let mut hdr = [0u8; IPV6_HEADER_BYTES + UDP_HEADER_BYTES];
+    let hdr = hdr.get_mut(..ip_udp.len())?;
+    hdr.copy_from_slice(ip_udp);
+    if !mask_ip_udp(hdr) {
+        return None;
+    }
     let mut bth = *bth;
     bth[4] = 0xFF; // FECN, BECN, resv6a: variant, masked.
     let mut h = crc32fast::Hasher::new_with_initial(!ICRC_SEED_REGISTER);
-    h.update(header.as_bytes());
+    h.update(hdr);
     h.update(&bth);
     h.update(rest);
     Some(h.finalize())
+}
+
+/// The ICRC of a RoCEv2 transport packet on `flow`: [`icrc_for_ip_udp`] over the canonical
+/// header [`Flow::ip_udp_header`] of a datagram of `transport.len() + 4` bytes.
+///
+/// Returns `None` if `transport` is shorter than a BTH or the datagram is too long for the
+/// IP/UDP length fields.
+pub fn icrc(flow: &Flow, transport: &[u8]) -> Option<u32> {
+    let header = flow.ip_udp_header(transport.len() + ICRC_BYTES)?;
+    icrc_for_ip_udp(header.as_bytes(), transport)
 }
 
 #[cfg(test)]
@@ -265,6 +293,33 @@ mod tests {
         bth[4] = 0xFF;
         all.extend_from_slice(&bth);
         assert_eq!(icrc(&flow, &transport), Some(crc32fast::hash(&all)));
+    }
+
+    /// A RoCEv2 CNP captured on a ConnectX-4 Lx (hardware), published as a test vector in
+    /// scapy's `test/contrib/roce.uts`: IPv4 TOS 0xC2, ID 0x718C, TTL 64, UDP checksum 0,
+    /// BTH opcode 0x81 with BECN, 16 reserved bytes, ICRC bytes `82 fd 00 2a`.
+    #[test]
+    fn icrc_matches_connectx4_cnp_capture() {
+        let frame: [u8; 74] = [
+            0xe4, 0x1d, 0x2d, 0xab, 0x2b, 0xc2, 0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32, 0x08, 0x00,
+            0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00,
+            0x11, 0x01, 0x0a, 0x00, 0x12, 0x01, 0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00,
+            0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x01, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x82, 0xfd, 0x00, 0x2a,
+        ];
+        let ip_udp = &frame[14..42];
+        let transport = &frame[42..70];
+        let crc = icrc_for_ip_udp(ip_udp, transport).unwrap();
+        assert_eq!(crc.to_le_bytes(), [0x82, 0xfd, 0x00, 0x2a]);
+    }
+
+    #[test]
+    fn mask_ip_udp_rejects_other_lengths_and_versions() {
+        assert!(!mask_ip_udp(&mut [0x45; 27]));
+        assert!(!mask_ip_udp(&mut [0x65; 28]));
+        assert!(!mask_ip_udp(&mut []));
+        assert!(icrc_for_ip_udp(&[0x45; 60], &[0; 12]).is_none());
     }
 
     #[test]
