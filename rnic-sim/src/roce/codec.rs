@@ -21,7 +21,9 @@ use super::{
 };
 
 /// Why a packet could not be encoded or decoded. Received packets that fail to decode are
-/// counted and dropped by the device (IBTA 9.6: silently dropped); none of these is fatal.
+/// counted and dropped by the device (IBTA 9.6: silently dropped); none of these is fatal, and
+/// none reaches the application, so they carry no errno. Encode errors are bugs in the caller
+/// (the transport built an impossible packet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CodecError {
     /// The datagram is shorter than BTH + the opcode's headers + ICRC.

@@ -112,11 +112,12 @@ impl<W: Write> PcapWriter<W> {
             };
             ip_udp.set_udp_checksum(csum);
         }
-        let (ethertype, hdr) = if ip_udp.is_ipv6() {
-            (ETHERTYPE_IPV6, ip_udp.as_bytes())
+        let ethertype = if ip_udp.is_ipv6() {
+            ETHERTYPE_IPV6
         } else {
-            (ETHERTYPE_IPV4, ip_udp.as_bytes())
+            ETHERTYPE_IPV4
         };
+        let hdr = ip_udp.as_bytes();
         let mut frame = Vec::with_capacity(ETHERNET_HEADER_BYTES + hdr.len() + udp_payload.len());
         frame.extend_from_slice(&mac_for_ip(flow.dst.ip()));
         frame.extend_from_slice(&mac_for_ip(flow.src.ip()));
