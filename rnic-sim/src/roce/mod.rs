@@ -8,6 +8,13 @@
 
 use bytes::Bytes;
 
+pub mod codec;
+pub mod icrc;
+pub mod pcap;
+
+pub use codec::{decode, decode_bytes, decode_verbose, encode, encode_into, CodecError, Decoded};
+pub use icrc::Flow;
+
 /// The IANA UDP destination port of RoCEv2 (`ROCE_V2_UDP_DPORT`, [ib_verbs.h]).
 pub const ROCE_V2_UDP_DPORT: u16 = 4791;
 
