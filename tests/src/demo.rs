@@ -200,7 +200,10 @@ fn connect(
         .modify_qp(
             s.qp.handle,
             &init,
-            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
         )
         .step("ibv_modify_qp(INIT)")?;
     states.push(state(s)?);
@@ -261,7 +264,10 @@ fn connect(
         )
         .step("ibv_modify_qp(RTS)")?;
     states.push(state(s)?);
-    let path: Vec<String> = states.iter().map(|st| format!("{st:?}").to_uppercase()).collect();
+    let path: Vec<String> = states
+        .iter()
+        .map(|st| format!("{st:?}").to_uppercase())
+        .collect();
     report.line(format!(
         "  {} QP {:#08x}: {}  (dest QPN {:#08x}, path MTU {} B)",
         s.dev.name(),
@@ -407,24 +413,54 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
 
     r.line(format!("\n[2] SEND {size} B sim0 -> sim1"));
     let data = pattern(1, size);
-    a.dev.mr_write(a.mr.handle, SRC * u64::from(size), &data).step("write MR")?;
+    a.dev
+        .mr_write(a.mr.handle, SRC * u64::from(size), &data)
+        .step("write MR")?;
     b.dev
-        .post_recv(b.qp.handle, &[RecvWr::new(100, vec![b.mr.sge(RECV * u64::from(size), size)])])
+        .post_recv(
+            b.qp.handle,
+            &[RecvWr::new(
+                100,
+                vec![b.mr.sge(RECV * u64::from(size), size)],
+            )],
+        )
         .step("ibv_post_recv")?;
     a.dev
-        .post_send(a.qp.handle, &[SendWr::send(1, vec![a.mr.sge(SRC * u64::from(size), size)])])
+        .post_send(
+            a.qp.handle,
+            &[SendWr::send(1, vec![a.mr.sge(SRC * u64::from(size), size)])],
+        )
         .step("ibv_post_send(SEND)")?;
     r.packets += pump_pair(&mut a.dev, &mut b.dev, now);
     let (scq_a, rcq_b) = (a.scq, b.rcq);
     let s = poll_all(&mut a, scq_a, "send", &mut r)?;
-    one_completion(&s, 1, WcStatus::Success, None, "SEND completes on sim0", &mut r);
+    one_completion(
+        &s,
+        1,
+        WcStatus::Success,
+        None,
+        "SEND completes on sim0",
+        &mut r,
+    );
     let rv = poll_all(&mut b, rcq_b, "recv", &mut r)?;
-    one_completion(&rv, 100, WcStatus::Success, Some(size), "RECV completes on sim1", &mut r);
+    one_completion(
+        &rv,
+        100,
+        WcStatus::Success,
+        Some(size),
+        "RECV completes on sim1",
+        &mut r,
+    );
     verify(&b, RECV, &data, "SEND payload", &mut r)?;
 
-    r.line(format!("\n[3] RDMA WRITE {size} B sim0 -> sim1 (rkey {:#x})", b.mr.rkey));
+    r.line(format!(
+        "\n[3] RDMA WRITE {size} B sim0 -> sim1 (rkey {:#x})",
+        b.mr.rkey
+    ));
     let data = pattern(2, size);
-    a.dev.mr_write(a.mr.handle, SRC * u64::from(size), &data).step("write MR")?;
+    a.dev
+        .mr_write(a.mr.handle, SRC * u64::from(size), &data)
+        .step("write MR")?;
     let remote = b.mr.addr + RDMA * u64::from(size);
     a.dev
         .post_send(
@@ -439,14 +475,23 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         .step("ibv_post_send(RDMA_WRITE)")?;
     r.packets += pump_pair(&mut a.dev, &mut b.dev, now);
     let s = poll_all(&mut a, scq_a, "send", &mut r)?;
-    one_completion(&s, 2, WcStatus::Success, None, "RDMA WRITE completes on sim0", &mut r);
+    one_completion(
+        &s,
+        2,
+        WcStatus::Success,
+        None,
+        "RDMA WRITE completes on sim0",
+        &mut r,
+    );
     let rv = poll_all(&mut b, rcq_b, "recv", &mut r)?;
     r.check("RDMA WRITE consumes no receive on sim1", rv.is_empty());
     verify(&b, RDMA, &data, "RDMA WRITE payload", &mut r)?;
 
     r.line(format!("\n[4] RDMA READ {size} B sim0 <- sim1"));
     let data = pattern(3, size);
-    b.dev.mr_write(b.mr.handle, RDMA * u64::from(size), &data).step("write MR")?;
+    b.dev
+        .mr_write(b.mr.handle, RDMA * u64::from(size), &data)
+        .step("write MR")?;
     a.dev
         .post_send(
             a.qp.handle,
@@ -460,7 +505,14 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         .step("ibv_post_send(RDMA_READ)")?;
     r.packets += pump_pair(&mut a.dev, &mut b.dev, now);
     let s = poll_all(&mut a, scq_a, "send", &mut r)?;
-    one_completion(&s, 3, WcStatus::Success, Some(size), "RDMA READ completes on sim0", &mut r);
+    one_completion(
+        &s,
+        3,
+        WcStatus::Success,
+        Some(size),
+        "RDMA READ completes on sim0",
+        &mut r,
+    );
     verify(&a, READ_DST, &data, "RDMA READ payload", &mut r)?;
 
     r.line(format!(
@@ -479,7 +531,10 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         .modify_qp(b.qp.handle, &err, QpAttrMask::STATE)
         .step("ibv_modify_qp(ERR)")?;
     let st = state(&b)?;
-    r.line(format!("  sim1 QP state now {}", format!("{st:?}").to_uppercase()));
+    r.line(format!(
+        "  sim1 QP state now {}",
+        format!("{st:?}").to_uppercase()
+    ));
     r.check("sim1 QP reports ERR", st == QpState::Err);
     let flushed = poll_all(&mut b, rcq_b, "recv", &mut r)?;
     let ids: Vec<u64> = flushed.iter().map(|w| w.wr_id).collect();
@@ -525,6 +580,10 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         r.packets
     );
     r.line(summary);
-    r.line(if r.passed() { "verdict: PASS" } else { "verdict: FAIL" });
+    r.line(if r.passed() {
+        "verdict: PASS"
+    } else {
+        "verdict: FAIL"
+    });
     Ok(r)
 }

@@ -51,7 +51,11 @@ fn mtu(bytes: u32) -> Mtu {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo { size, recvs, mtu: m } => {
+        Command::Demo {
+            size,
+            recvs,
+            mtu: m,
+        } => {
             match demo::run(&DemoOptions {
                 size,
                 recvs,
