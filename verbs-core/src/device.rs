@@ -272,14 +272,17 @@ pub trait Device {
     /// returns how many.
     ///
     /// # Errors
-    /// `EINVAL` for an unknown handle; `EIO` for a CQ that overran (`CQ_ERR`, unusable).
+    /// `EINVAL` for an unknown handle; `EIO` for a CQ that overran (`CQ_ERR`, unusable) once the
+    /// completions it stored before the overrun have been returned.
     fn poll_cq(&mut self, cq: CqHandle, max: usize, out: &mut Vec<WorkCompletion>)
         -> Result<usize>;
 
     /// `ibv_create_qp`: a QP in RESET.
     ///
     /// # Errors
-    /// `EINVAL` for unknown PD/CQs, zero or oversize `cap` values; `ENOMEM` past `max_qp`.
+    /// `EINVAL` for unknown PD/CQs, `cap` values above the device limits or a QP with neither
+    /// send nor receive WRs; `EOPNOTSUPP` for a QP type the device does not support; `ENOMEM`
+    /// past `max_qp`.
     fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qp>;
 
     /// `ibv_modify_qp`: applies the attributes `mask` selects, atomically.
