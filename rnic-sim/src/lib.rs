@@ -23,6 +23,7 @@ mod testutil;
 pub mod pump;
 
 pub mod fabric;
+pub mod nic;
 pub mod rng;
 pub mod roce;
 

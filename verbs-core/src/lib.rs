@@ -10,6 +10,7 @@
 
 mod device;
 mod error;
+pub mod manual;
 mod time;
 mod transitions;
 mod types;

@@ -1,0 +1,206 @@
+//! [`SimNic`]: a [`SimDevice`] on a wire — the RoCEv2 codec between the device's structured
+//! packets and UDP datagrams, as a fabric [`Endpoint`].
+//!
+//! The same `SimNic` runs on the deterministic [`Simulation`](crate::fabric::Simulation) and on
+//! the real [`udp`](crate::fabric::udp) driver. Each datagram is a RoCEv2 UDP payload
+//! (BTH … ICRC) sent to UDP port 4791 of the peer's IP, which is its GID
+//! (cm-spec §1.1; docs/roce-wire.md for the ICRC pseudo header).
+
+use crate::device::SimDevice;
+use crate::fabric::Endpoint;
+use crate::roce::{decode_bytes, encode, Flow, ROCE_V2_UDP_DPORT};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use verbs_core::{Gid, SimTime};
+
+/// Datagrams a [`SimNic`] refused, by reason. Bad input is counted and dropped, never a panic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// Datagrams encoded and handed to the wire.
+    pub tx_datagrams: u64,
+    /// Datagrams received and decoded.
+    pub rx_datagrams: u64,
+    /// Datagrams that failed to decode (bad ICRC, truncated, unknown opcode, …).
+    pub rx_decode_errors: u64,
+    /// Packets the device produced that the codec refused to encode (a device bug if non-zero).
+    pub tx_encode_errors: u64,
+}
+
+/// One captured datagram: when, between which sockets, and its bytes (the RoCEv2 UDP payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// Time it was sent or received.
+    pub at: SimTime,
+    /// Source and destination sockets (what the ICRC pseudo header is built from).
+    pub flow: Flow,
+    /// The UDP payload.
+    pub bytes: Bytes,
+}
+
+/// A simulated RNIC attached to a wire at `addr`. Dereferences to its [`SimDevice`], so verbs
+/// calls go straight to the device.
+#[derive(Debug)]
+pub struct SimNic {
+    dev: SimDevice,
+    addr: SocketAddr,
+    /// Peers whose socket is not `(GID's IP, 4791)`, e.g. two processes on one loopback IP.
+    peers: BTreeMap<Gid, SocketAddr>,
+    check_icrc: bool,
+    counters: NicCounters,
+    capture: Option<Vec<Captured>>,
+}
+
+impl SimNic {
+    /// `dev` on the wire at `addr` (normally its GID's IP and port 4791; a real UDP driver must
+    /// pass the socket's actual address, since the ICRC covers it).
+    pub fn new(dev: SimDevice, addr: SocketAddr) -> Self {
+        SimNic {
+            dev,
+            addr,
+            peers: BTreeMap::new(),
+            check_icrc: true,
+            counters: NicCounters::default(),
+            capture: None,
+        }
+    }
+
+    /// `dev` at its GID's IP address, UDP port 4791.
+    pub fn at_gid(dev: SimDevice) -> Self {
+        let addr = SocketAddr::new(dev.gid().to_ip(), ROCE_V2_UDP_DPORT);
+        SimNic::new(dev, addr)
+    }
+
+    /// Routes packets for `gid` to `addr` instead of `(gid's IP, 4791)`, and recognises
+    /// datagrams from `addr` as coming from `gid`.
+    pub fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
+        self.peers.insert(gid, addr);
+    }
+
+    /// Turns ICRC checking of received datagrams on (default) or off.
+    pub fn set_check_icrc(&mut self, on: bool) {
+        self.check_icrc = on;
+    }
+
+    /// Starts recording every datagram sent and received (for pcap export).
+    pub fn start_capture(&mut self) {
+        self.capture.get_or_insert_with(Vec::new);
+    }
+
+    /// The datagrams recorded since [`start_capture`](Self::start_capture), leaving the
+    /// recording on and empty.
+    pub fn take_capture(&mut self) -> Vec<Captured> {
+        self.capture
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Datagram counters.
+    pub fn counters(&self) -> NicCounters {
+        self.counters
+    }
+
+    /// The device.
+    pub fn device(&self) -> &SimDevice {
+        &self.dev
+    }
+
+    /// The device, mutably (for verbs calls).
+    pub fn device_mut(&mut self) -> &mut SimDevice {
+        &mut self.dev
+    }
+
+    /// The device, consuming the NIC.
+    pub fn into_device(self) -> SimDevice {
+        self.dev
+    }
+
+    fn peer_addr(&self, gid: Gid) -> SocketAddr {
+        self.peers
+            .get(&gid)
+            .copied()
+            .unwrap_or_else(|| SocketAddr::new(gid.to_ip(), ROCE_V2_UDP_DPORT))
+    }
+
+    fn peer_gid(&self, src: SocketAddr) -> Gid {
+        self.peers
+            .iter()
+            .find(|(_, a)| **a == src)
+            .map(|(g, _)| *g)
+            .unwrap_or_else(|| Gid::from_ip(src.ip()))
+    }
+
+    fn record(&mut self, at: SimTime, flow: Flow, bytes: &Bytes) {
+        if let Some(c) = self.capture.as_mut() {
+            c.push(Captured {
+                at,
+                flow,
+                bytes: bytes.clone(),
+            });
+        }
+    }
+}
+
+impl std::ops::Deref for SimNic {
+    type Target = SimDevice;
+    fn deref(&self) -> &SimDevice {
+        &self.dev
+    }
+}
+
+impl std::ops::DerefMut for SimNic {
+    fn deref_mut(&mut self) -> &mut SimDevice {
+        &mut self.dev
+    }
+}
+
+impl Endpoint for SimNic {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        let flow = Flow::new(src, self.addr);
+        self.record(now, flow, &bytes);
+        match decode_bytes(&bytes, &flow, self.check_icrc) {
+            Ok(packet) => {
+                self.counters.rx_datagrams += 1;
+                let gid = self.peer_gid(src);
+                self.dev.handle_packet(now, gid, packet);
+            }
+            Err(e) => {
+                self.counters.rx_decode_errors += 1;
+                tracing::debug!(%src, error = %e, "dropped undecodable RoCEv2 datagram");
+            }
+        }
+    }
+
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        loop {
+            let t = self.dev.poll_transmit(now)?;
+            let dst = self.peer_addr(t.dst);
+            let flow = Flow::new(self.addr, dst);
+            match encode(&t.packet, &flow) {
+                Ok(b) => {
+                    let bytes = b.freeze();
+                    self.counters.tx_datagrams += 1;
+                    self.record(now, flow, &bytes);
+                    return Some((dst, bytes));
+                }
+                Err(e) => {
+                    self.counters.tx_encode_errors += 1;
+                    tracing::warn!(error = %e, "device produced a packet the codec refuses");
+                }
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<SimTime> {
+        self.dev.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: SimTime) {
+        self.dev.handle_timeout(now)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
