@@ -1,6 +1,8 @@
 //! Two SimNics on the deterministic fabric: RC traffic as RoCEv2 datagrams with ICRC, byte-exact,
 //! deterministic, and recordable to a pcap that tshark decodes.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
 use bytes::Bytes;
 use rnic_sim::fabric::{FaultPlan, PathFaults, RunOutcome, SimFabric, Simulation};
 use rnic_sim::nic::SimNic;
