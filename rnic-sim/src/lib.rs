@@ -9,6 +9,7 @@
 
 mod cq;
 mod device;
+mod gsi;
 mod mr;
 mod psn;
 mod qp;
@@ -24,5 +25,6 @@ pub mod pump;
 pub mod roce;
 
 pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
+pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH};
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;
