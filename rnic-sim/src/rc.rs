@@ -427,9 +427,15 @@ impl SimQp {
                 let off =
                     u64::from(psn_diff(psn, head.first_psn).max(0) as u32) * u64::from(self.mtu());
                 let sges = head.wr.sg_list.clone();
-                if sh.mrs.scatter(self.pd, &sges, off, &pkt.payload).is_err() {
-                    self.fail(sh, WcStatus::LocProtErr);
-                    return;
+                match sh.mrs.scatter(self.pd, &sges, off, &pkt.payload) {
+                    Ok(()) => {}
+                    Err(crate::mr::ScatterError::Protection) => {
+                        return self.fail(sh, WcStatus::LocProtErr)
+                    }
+                    // More data than the READ asked for.
+                    Err(crate::mr::ScatterError::Length) => {
+                        return self.fail(sh, WcStatus::BadRespErr)
+                    }
                 }
                 self.reset_retry_counters();
                 self.req.comp_psn = psn_add(psn, 1);
