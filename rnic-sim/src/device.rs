@@ -205,6 +205,7 @@ pub struct SimDevice {
     next_cq: u32,
     qps: BTreeMap<u32, SimQp>,
     next_qpn: u32,
+    gsi: crate::gsi::Gsi,
 }
 
 fn qp_handle_err() -> Error {
@@ -233,7 +234,16 @@ impl SimDevice {
             next_pd: 1,
             next_cq: 1,
             qps: BTreeMap::new(),
+            gsi: crate::gsi::Gsi::default(),
         }
+    }
+
+    pub(crate) fn gsi_mut(&mut self) -> &mut crate::gsi::Gsi {
+        &mut self.gsi
+    }
+
+    pub(crate) fn push_tx(&mut self, t: Transmit) {
+        self.sh.tx.push_back(t);
     }
 
     /// The port's GID.
@@ -276,6 +286,10 @@ impl SimDevice {
             return;
         }
         let qpn = packet.bth.dest_qp & QPN_MASK;
+        if qpn == crate::gsi::GSI_QPN {
+            crate::gsi::on_gsi_packet(&mut self.gsi, c, src, packet);
+            return;
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             c.unknown_qp += 1;
             return;

@@ -9,6 +9,7 @@
 
 mod cq;
 mod device;
+mod gsi;
 mod mr;
 mod psn;
 mod qp;
@@ -28,5 +29,6 @@ pub mod rng;
 pub mod roce;
 
 pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
+pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH};
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;

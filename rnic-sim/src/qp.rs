@@ -63,7 +63,8 @@ impl SendWqe {
 pub(crate) struct Requester {
     /// Index into the send queue of the WQE to transmit from next.
     pub next: usize,
-    /// PSN of the next new packet (24 bits).
+    /// PSN the next new WQE starts at (24 bits); retransmissions take their PSNs from the
+    /// WQE's own `first_psn`.
     pub psn: u32,
     /// Oldest PSN not yet acknowledged (24 bits).
     pub comp_psn: u32,
@@ -81,6 +82,10 @@ pub(crate) struct Requester {
     pub rnr_at: Option<SimTime>,
     /// True while READ response packets of a multi-packet response are arriving.
     pub read_cont: bool,
+    /// A go-back-N caused by a NAK or a response past a missing one is under way: further such
+    /// triggers are ignored until progress is made or the timer fires (rxe
+    /// `comp.started_retry` [rxe_comp.c]).
+    pub started_retry: bool,
 }
 
 /// A message the responder is in the middle of.

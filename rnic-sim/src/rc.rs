@@ -128,12 +128,11 @@ impl SimQp {
         let mtu = self.mtu();
         loop {
             let idx = self.req.next;
-            if idx >= self.sq.len()
-                || psn_diff(self.req.psn, self.req.comp_psn) >= sh.max_unacked_psns as i32
-            {
+            if idx >= self.sq.len() {
                 break;
             }
             let rd_out = self.req.rd_outstanding;
+            let new_psn = self.req.psn;
             let max_rd = u32::from(self.attr.max_rd_atomic);
             let state = self.state();
             let pd = self.pd;
@@ -142,7 +141,10 @@ impl SimQp {
                 break;
             }
             if !w.started {
+                // New work: not in SQD, within the PSN window, with a READ credit if needed,
+                // after outstanding READ/atomics when fenced.
                 if state == QpState::Sqd
+                    || psn_diff(new_psn, self.req.comp_psn) >= sh.max_unacked_psns as i32
                     || (w.wr.send_flags.contains(SendFlags::FENCE) && rd_out > 0)
                     || (w.is_rd_atomic() && rd_out >= max_rd)
                 {
@@ -171,9 +173,10 @@ impl SimQp {
                 if w.wr.opcode.is_atomic() {
                     w.npkts = 1;
                 }
-                w.first_psn = self.req.psn;
+                w.first_psn = new_psn;
                 w.last_psn = psn_add(w.first_psn, w.npkts - 1);
                 w.next_pkt = 0;
+                self.req.psn = psn_add(w.last_psn, 1);
                 if w.is_rd_atomic() {
                     w.rd_credit = true;
                     self.req.rd_outstanding += 1;
@@ -195,7 +198,6 @@ impl SimQp {
                             .unwrap_or(u32::MAX),
                     });
                     p.bth.ack_req = true;
-                    self.req.psn = psn_add(w.last_psn, 1);
                     self.sq[idx].next_pkt = w.npkts;
                 }
                 WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
@@ -220,7 +222,6 @@ impl SimQp {
                         compare: if cmp { w.wr.atomic.compare_add } else { 0 },
                     });
                     p.bth.ack_req = true;
-                    self.req.psn = psn_add(psn, 1);
                     self.sq[idx].next_pkt = 1;
                 }
                 op => {
@@ -263,7 +264,6 @@ impl SimQp {
                     if p.bth.ack_req {
                         self.req.noack_pkts = 0;
                     }
-                    self.req.psn = psn_add(psn, 1);
                     self.sq[idx].next_pkt = k + 1;
                 }
             }
@@ -292,7 +292,6 @@ impl SimQp {
     fn go_back_n(&mut self) {
         self.req.next = 0;
         self.req.read_cont = false;
-        self.req.psn = self.req.comp_psn;
         let comp = self.req.comp_psn;
         for w in self.sq.iter_mut().filter(|w| w.started) {
             let k = psn_diff(comp, w.first_psn).max(0) as u32;
@@ -304,13 +303,17 @@ impl SimQp {
     /// WQE completes with `RETRY_EXC_ERR` and the QP enters ERR [rxe_comp.c
     /// `COMPST_ERROR_RETRY`]. Unlike rxe, `retry_cnt` 7 is 7 retries, not infinite (IBTA
     /// 9.7.6.1.3: only `rnr_retry` 7 is infinite).
-    fn retry(&mut self, sh: &mut Shared) {
+    fn retry(&mut self, sh: &mut Shared, timeout: bool) {
+        if self.req.started_retry && !timeout {
+            return;
+        }
         if self.req.retry_left == 0 {
             self.complete_head(sh, WcStatus::RetryExcErr);
             self.enter_err(sh);
             return;
         }
         self.req.retry_left -= 1;
+        self.req.started_retry = true;
         sh.counters.retries += 1;
         self.go_back_n();
     }
@@ -325,9 +328,12 @@ impl SimQp {
         };
     }
 
+    /// Progress was made: the retry budgets are full again and a new retry may start
+    /// [rxe_comp.c `reset_retry_counters`].
     fn reset_retry_counters(&mut self) {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
+        self.req.started_retry = false;
     }
 
     /// The retransmit or RNR timer fired.
@@ -343,7 +349,7 @@ impl SimQp {
                 let outstanding = psn_diff(self.req.psn, self.req.comp_psn) > 0;
                 if outstanding && self.sq.front().is_some_and(|w| w.started) {
                     sh.counters.timeouts += 1;
-                    self.retry(sh);
+                    self.retry(sh, true);
                 }
             }
         }
@@ -377,7 +383,7 @@ impl SimQp {
             if head.is_rd_atomic() {
                 // Responses of this READ/atomic were lost: go back [rxe_comp.c check_psn].
                 sh.counters.stale_responses += 1;
-                self.retry(sh);
+                self.retry(sh, false);
                 return;
             }
             if psn_diff(head.last_psn, self.req.comp_psn) >= 0 {
@@ -421,9 +427,15 @@ impl SimQp {
                 let off =
                     u64::from(psn_diff(psn, head.first_psn).max(0) as u32) * u64::from(self.mtu());
                 let sges = head.wr.sg_list.clone();
-                if sh.mrs.scatter(self.pd, &sges, off, &pkt.payload).is_err() {
-                    self.fail(sh, WcStatus::LocProtErr);
-                    return;
+                match sh.mrs.scatter(self.pd, &sges, off, &pkt.payload) {
+                    Ok(()) => {}
+                    Err(crate::mr::ScatterError::Protection) => {
+                        return self.fail(sh, WcStatus::LocProtErr)
+                    }
+                    // More data than the READ asked for.
+                    Err(crate::mr::ScatterError::Length) => {
+                        return self.fail(sh, WcStatus::BadRespErr)
+                    }
                 }
                 self.reset_retry_counters();
                 self.req.comp_psn = psn_add(psn, 1);
@@ -491,8 +503,12 @@ impl SimQp {
                     }
                     AethKind::Nak(NakCode::PsnSeqError) => {
                         sh.counters.seq_naks_received += 1;
+                        // The NAK acknowledges every PSN before it: progress if it moved.
+                        if psn_diff(psn, self.req.comp_psn) > 0 {
+                            self.reset_retry_counters();
+                        }
                         self.req.comp_psn = psn;
-                        self.retry(sh);
+                        self.retry(sh, false);
                     }
                     AethKind::Nak(code) => {
                         let status = match code {
@@ -566,6 +582,10 @@ impl SimQp {
         match self.execute(sh, &pkt) {
             Ok(()) => {}
             Err(RespErr::Rnr) => {
+                // Until the NAKed PSN comes back, later packets are dropped without another
+                // NAK (IBTA 9.7.5.2.8: one NAK per sequence), so RNR rounds do not burn
+                // retry_cnt through sequence NAKs.
+                self.resp.sent_psn_nak = true;
                 self.flush_pending_ack(sh);
                 sh.counters.rnr_naks_sent += 1;
                 let code = self.attr.min_rnr_timer & 0x1F;

@@ -1,0 +1,104 @@
+//! The GSI endpoint ("QP1"): the datagram service the connection manager uses.
+//!
+//! Every device owns a GSI QP numbered 1 from its creation. It is not a verbs QP: no handle
+//! reaches it through [`verbs_core::Device`] (as on Linux, where the kernel owns QP1), and it
+//! needs no PD, MR or CQ. The CM (through the testbed) sends a MAD with
+//! [`SimDevice::gsi_send`] and takes received ones with [`SimDevice::gsi_recv`]. On the wire a
+//! GSI datagram is a RoCEv2 UD SEND ONLY (BTH opcode 0x64, P_Key 0xFFFF) with a DETH carrying
+//! Q_Key 0x80010000 and source QP 1 (cm-spec §1.2, §1.3, §6 item 1).
+
+use crate::device::{SimDevice, Transmit};
+use crate::psn::psn_add;
+use crate::rc::bare_packet;
+use crate::roce::{Deth, Opcode, Packet};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use verbs_core::{Error, Gid, Result};
+
+/// The GSI QP number.
+pub const GSI_QPN: u32 = 1;
+
+/// The well-known Q_Key of QP1 (`IB_QP1_QKEY`, cm-spec §1.3).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// Received GSI datagrams kept until [`SimDevice::gsi_recv`] takes them; more are dropped and
+/// counted (`Counters::ud_no_recv`), as a full QP1 receive queue drops MADs.
+pub const GSI_RECV_DEPTH: usize = 256;
+
+/// A datagram received on QP1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GsiDatagram {
+    /// The sender's GID.
+    pub src: Gid,
+    /// The sender's QP number from the DETH (1 for a peer's CM).
+    pub src_qp: u32,
+    /// The payload (a 256-byte MAD for the CM).
+    pub payload: Bytes,
+}
+
+/// State of the device's QP1.
+#[derive(Debug, Default)]
+pub(crate) struct Gsi {
+    /// PSN of the next datagram sent (UD receivers do not check it).
+    pub psn: u32,
+    /// Received datagrams, oldest first.
+    pub rx: VecDeque<GsiDatagram>,
+}
+
+impl SimDevice {
+    /// Sends `payload` from QP1 to QP `dest_qp` (normally [`GSI_QPN`]) of the node `dst`, as a
+    /// UD SEND ONLY with Q_Key [`GSI_QKEY`]. Queued for [`SimDevice::poll_transmit`]; UD gives
+    /// no delivery guarantee.
+    ///
+    /// # Errors
+    /// `EINVAL` when the payload is larger than the port's active MTU.
+    pub fn gsi_send(&mut self, dst: Gid, dest_qp: u32, payload: Bytes) -> Result<()> {
+        if payload.len() > self.config().active_mtu.bytes() as usize {
+            return Err(Error::inval("GSI datagram larger than the active MTU"));
+        }
+        let psn = self.gsi_mut().psn;
+        self.gsi_mut().psn = psn_add(psn, 1);
+        let mut p = bare_packet(Opcode::UdSendOnly, dest_qp, psn, payload);
+        p.deth = Some(Deth {
+            qkey: GSI_QKEY,
+            src_qp: GSI_QPN,
+        });
+        self.push_tx(Transmit { dst, packet: p });
+        Ok(())
+    }
+
+    /// The oldest datagram received on QP1, if any.
+    pub fn gsi_recv(&mut self) -> Option<GsiDatagram> {
+        self.gsi_mut().rx.pop_front()
+    }
+}
+
+/// Handles a packet addressed to QP1: UD SEND with the GSI Q_Key only.
+pub(crate) fn on_gsi_packet(
+    gsi: &mut Gsi,
+    counters: &mut crate::Counters,
+    src: Gid,
+    packet: Packet,
+) {
+    if packet.bth.opcode != Opcode::UdSendOnly {
+        counters.wrong_qp_type += 1;
+        return;
+    }
+    let Some(deth) = packet.deth else {
+        counters.malformed += 1;
+        return;
+    };
+    if deth.qkey != GSI_QKEY {
+        counters.qkey_mismatch += 1;
+        return;
+    }
+    if gsi.rx.len() >= GSI_RECV_DEPTH {
+        counters.ud_no_recv += 1;
+        return;
+    }
+    gsi.rx.push_back(GsiDatagram {
+        src,
+        src_qp: deth.src_qp,
+        payload: packet.payload,
+    });
+}
