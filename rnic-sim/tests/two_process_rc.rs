@@ -79,10 +79,10 @@ fn side(ip: Ipv4Addr, psn: u32) -> Side {
     }
 }
 
-/// `qpn psn gid-ip socket rkey addr` on one line.
+/// `PEER qpn psn gid-ip socket rkey addr` on one line.
 fn info_line(s: &Side) -> String {
     format!(
-        "{} {} {} {} {} {}\n",
+        "PEER {} {} {} {} {} {}\n",
         s.info.qpn,
         s.info.psn,
         s.info.gid.to_ip(),
@@ -100,7 +100,8 @@ struct Remote {
 }
 
 fn parse_line(line: &str) -> Remote {
-    let f: Vec<&str> = line.split_whitespace().collect();
+    let at = line.find("PEER ").expect("no PEER marker") + 5;
+    let f: Vec<&str> = line[at..].split_whitespace().collect();
     assert_eq!(f.len(), 6, "bad peer line {line:?}");
     Remote {
         info: RcPeerInfo {
@@ -173,7 +174,10 @@ fn responder_process() {
     });
     let wcs = wait_completions(&s, 1);
     assert_eq!(wcs.len(), 1);
-    assert_eq!((wcs[0].wr_id, wcs[0].status, wcs[0].byte_len), (7, WcStatus::Success, LEN));
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+        (7, WcStatus::Success, LEN)
+    );
     let mut got = vec![0u8; 2 * LEN as usize];
     s.driver
         .handle()
@@ -187,19 +191,26 @@ fn responder_process() {
 fn rc_exchange_between_two_processes() {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
-        .args(["--exact", "responder_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "responder_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("RNIC_RC_PEER", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut child_out = BufReader::new(child.stdout.take().unwrap());
-    // The test harness prints its own lines first; the peer line is the one with 6 fields.
+    // The test harness prints its own text too; the peer's line carries the PEER marker.
     let remote = loop {
         let mut line = String::new();
-        assert!(child_out.read_line(&mut line).unwrap() > 0, "child exited early");
-        if line.split_whitespace().count() == 6 && line.starts_with(|c: char| c.is_ascii_digit())
-        {
+        assert!(
+            child_out.read_line(&mut line).unwrap() > 0,
+            "child exited early"
+        );
+        if line.contains("PEER ") {
             break parse_line(&line);
         }
     };
@@ -235,7 +246,10 @@ fn rc_exchange_between_two_processes() {
     let _ = std::io::Read::read_to_string(&mut child_out, &mut rest);
     let status = child.wait().unwrap();
     assert!(status.success(), "responder failed:\n{rest}");
-    assert!(rest.lines().any(|l| l.trim() == "OK"), "responder said:\n{rest}");
+    assert!(
+        rest.lines().any(|l| l.trim() == "OK"),
+        "responder said:\n{rest}"
+    );
     let stats = s.driver.handle().stats();
     s.driver.shutdown().unwrap();
     println!("requester UDP stats: {stats:?}");
