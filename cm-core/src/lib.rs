@@ -6,4 +6,5 @@
 //!
 //! Only the modules listed below exist so far; the engine and API arrive with their issue.
 
+pub mod engine;
 pub mod wire;
