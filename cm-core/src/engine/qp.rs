@@ -67,6 +67,19 @@ impl QpAction {
     pub fn target(&self) -> QpState {
         self.attr_mask().0.qp_state
     }
+
+    /// (RESET or INIT) → INIT with pkey index 0, port 1 and `access`.
+    pub fn init(access: AccessFlags) -> QpAction {
+        let init = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: 1,
+            qp_access_flags: access,
+            ..QpAttr::default()
+        };
+        use QpAttrMask as M;
+        QpAction::Init(init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
+    }
 }
 
 impl QpParams {
@@ -76,13 +89,6 @@ impl QpParams {
         if self.responder_resources > 0 {
             access |= AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
         }
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: access,
-            ..QpAttr::default()
-        };
         let rtr = QpAttr {
             qp_state: QpState::Rtr,
             ah_attr: AhAttr {
@@ -113,7 +119,7 @@ impl QpParams {
         };
         use QpAttrMask as M;
         [
-            QpAction::Init(init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+            QpAction::init(access),
             QpAction::Rtr(
                 rtr,
                 M::STATE
