@@ -150,3 +150,40 @@ fn malformed_mads_are_counted_and_dropped() {
     assert_eq!(a.counters().rx_malformed, 2);
     assert!(a.poll_transmit().is_none());
 }
+
+#[test]
+fn dreq_with_wrong_remote_qpn_is_dropped() {
+    let (mut a, mut b) = pair();
+    let (ia, ib) = connect(&mut a, &mut b);
+    let dreq = CmMessage::Dreq(Dreq {
+        local_comm_id: a.local_comm_id(ia).unwrap(),
+        remote_comm_id: b.local_comm_id(ib).unwrap(),
+        remote_qpn_eecn: 0x999,
+        private_data: vec![],
+    });
+    b.handle_datagram(SimTime::ZERO, gid(1), &dreq.encode(1, 0).unwrap());
+    assert_eq!(b.counters().rx_wrong_qpn, 1);
+    assert_eq!(b.state(ib), Some(IbCmState::Established));
+    assert!(b.poll_transmit().is_none());
+    assert!(b.poll_event().is_none());
+}
+
+#[test]
+fn dreq_for_unknown_connection_gets_drep_with_ids_swapped_and_tid_copied() {
+    let (_, mut b) = pair();
+    let dreq = CmMessage::Dreq(Dreq {
+        local_comm_id: 0x1234,
+        remote_comm_id: 0x5678,
+        remote_qpn_eecn: 0x22,
+        private_data: vec![],
+    });
+    b.handle_datagram(SimTime::ZERO, gid(1), &dreq.encode(0xABCD, 0).unwrap());
+    let (dst, mad) = b.poll_transmit().unwrap();
+    assert_eq!(dst, gid(1));
+    let (hdr, msg) = wire::decode(&mad).unwrap();
+    assert_eq!(hdr.transaction_id, 0xABCD);
+    let CmMessage::Drep(d) = msg else {
+        panic!("not a DREP: {msg:?}")
+    };
+    assert_eq!((d.local_comm_id, d.remote_comm_id), (0x5678, 0x1234));
+}
