@@ -4,6 +4,10 @@
 //! protocol engine and an rdma_cm-shaped API. It depends on `verbs-core` only, never on the
 //! simulated RNIC, so the same code drives real hardware.
 //!
-//! Only the modules listed below exist so far; the engine and API arrive with their issue.
+//! Modules: [`wire`] (MAD codec), [`engine`] (sans-IO IB CM), [`api`] (rdma_cm shape),
+//! [`blocking`] (condvar and tokio waits for real-time drivers).
 
+pub mod api;
+pub mod blocking;
+pub mod engine;
 pub mod wire;

@@ -1,0 +1,93 @@
+//! Waiting for CM events from real-time drivers: a blocking wait on a condvar and an async
+//! (tokio) wait. The sans-IO [`RdmaCm`] is untouched: this wrapper owns it and the device behind
+//! one lock, and wakes waiters after every call made through [`SharedCm::with`].
+
+use crate::api::{CmDevice, CmEvent, EventChannel, RdmaCm};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use verbs_core::{Errno, Error};
+
+struct Inner<D> {
+    state: Mutex<(RdmaCm, D)>,
+    cond: Condvar,
+    notify: tokio::sync::Notify,
+}
+
+/// An [`RdmaCm`] and its device shared between a driver (feeding MADs and timers) and
+/// application threads or tasks (calling the API and waiting for events). Clones share it.
+pub struct SharedCm<D> {
+    inner: Arc<Inner<D>>,
+}
+
+impl<D> Clone for SharedCm<D> {
+    fn clone(&self) -> Self {
+        SharedCm {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<D: CmDevice> SharedCm<D> {
+    /// Wraps a CM and its device.
+    pub fn new(cm: RdmaCm, dev: D) -> Self {
+        SharedCm {
+            inner: Arc::new(Inner {
+                state: Mutex::new((cm, dev)),
+                cond: Condvar::new(),
+                notify: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    /// Runs `f` with the CM and the device under the lock, then wakes every waiter (an API call
+    /// or a driver input may have queued events).
+    pub fn with<R>(&self, f: impl FnOnce(&mut RdmaCm, &mut D) -> R) -> R {
+        let r = {
+            let mut g = self.inner.state.lock();
+            let (cm, dev) = &mut *g;
+            f(cm, dev)
+        };
+        self.inner.cond.notify_all();
+        self.inner.notify.notify_waiters();
+        r
+    }
+
+    /// `rdma_get_cm_event` on a blocking channel with a timeout (`poll(2)` then get).
+    ///
+    /// # Errors
+    /// `EAGAIN` when nothing arrives within `timeout`; `EINVAL` for an unknown channel.
+    pub fn wait_event(&self, channel: EventChannel, timeout: Duration) -> Result<CmEvent, Error> {
+        // A real-time wait: the wall clock is this driver's business, not the sans-IO core's.
+        #[allow(clippy::disallowed_methods)]
+        let deadline = Instant::now() + timeout;
+        let mut g = self.inner.state.lock();
+        loop {
+            match g.0.get_cm_event(channel) {
+                Err(e) if e.errno == Errno::EAGAIN => {
+                    if self.inner.cond.wait_until(&mut g, deadline).timed_out() {
+                        return g.0.get_cm_event(channel);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits (async) for the next event on `channel`.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown channel.
+    pub async fn next_event(&self, channel: EventChannel) -> Result<CmEvent, Error> {
+        loop {
+            let notified = self.inner.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            match self.inner.state.lock().0.get_cm_event(channel) {
+                Err(e) if e.errno == Errno::EAGAIN => {}
+                other => return other,
+            }
+            notified.await;
+        }
+    }
+}

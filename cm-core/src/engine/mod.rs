@@ -1,0 +1,1468 @@
+//! The sans-IO IB CM protocol engine (Linux `drivers/infiniband/core/cm.c` behaviour, cm-spec §3).
+//!
+//! A [`CmEngine`] holds every CM id of one node. Inputs: API commands (`send_req`, `send_rep`,
+//! `send_rtu`, `send_rej`, `send_dreq`, `send_drep`, `establish`, `destroy_id`, `listen`),
+//! received MADs ([`CmEngine::handle_datagram`]) and time ([`CmEngine::handle_timeout`]).
+//! Outputs: MADs to send ([`CmEngine::poll_transmit`]), IB CM events
+//! ([`CmEngine::poll_event`], numbered as `enum ib_cm_event_type`) and the next deadline
+//! ([`CmEngine::poll_timeout`]). QP attributes for INIT/RTR/RTS come from
+//! [`CmEngine::qp_params`] → [`QpParams::actions`] (Linux `ib_cm_init_qp_attr`, cm-spec §5.2).
+//!
+//! The engine never reads a clock and draws randomness only from the seed in [`CmConfig`].
+//! Malformed or unmatched MADs are counted in [`CmCounters`] and dropped; they never panic
+//! and never touch a connection they do not match.
+
+mod qp;
+mod timers;
+
+pub use qp::{QpAction, QpParams};
+pub use timers::{cm_ack_timeout, cm_convert_to_ms, Backoff};
+
+use crate::wire::{
+    self, CmMessage, CmMsgResponse, Drep, Dreq, Mra, Rej, RejectReason, Rep, Req, ReqPath, Rtu,
+    MAD_SIZE,
+};
+use std::collections::{BTreeMap, VecDeque};
+use verbs_core::{Errno, Error, Gid, Mtu, SimTime, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
+
+/// `enum ib_cm_state` [ib_cm.h] (cm-spec §3.1), same names and numbers. SIDR states exist for
+/// numbering only; this engine does not run SIDR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[allow(missing_docs)] // each variant is the Linux name of its value
+pub enum IbCmState {
+    Idle = 0,
+    Listen = 1,
+    ReqSent = 2,
+    ReqRcvd = 3,
+    MraReqSent = 4,
+    MraReqRcvd = 5,
+    RepSent = 6,
+    RepRcvd = 7,
+    MraRepSent = 8,
+    MraRepRcvd = 9,
+    Established = 10,
+    DreqSent = 11,
+    DreqRcvd = 12,
+    Timewait = 13,
+    SidrReqSent = 14,
+    SidrReqRcvd = 15,
+}
+
+/// `enum ib_cm_event_type` [ib_cm.h] (cm-spec §3.1), same names and numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[allow(missing_docs)] // each variant is the Linux name of its value
+pub enum IbCmEventType {
+    ReqError = 0,
+    ReqReceived = 1,
+    RepError = 2,
+    RepReceived = 3,
+    RtuReceived = 4,
+    UserEstablished = 5,
+    DreqError = 6,
+    DreqReceived = 7,
+    DrepReceived = 8,
+    TimewaitExit = 9,
+    MraReceived = 10,
+    RejReceived = 11,
+}
+
+/// `IB_WC_RESP_TIMEOUT_ERR`: the send status carried by `*_ERROR` events (cm-spec §1.7).
+pub const IB_WC_RESP_TIMEOUT_ERR: i32 = 20;
+
+/// Engine configuration. Defaults are Linux's rdma_cm values on RoCE (cm-spec §3.2):
+/// response timeout 20, 15 retries, packet lifetime 16, CA ack delay 15 (→ TimeWait 512 ms),
+/// MRA service timeout 24, linear retransmission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmConfig {
+    /// This node's CA GUID: stable and unique per node; the duplicate/stale tables key on it
+    /// (cm-spec §2.9, §3.4).
+    pub ca_guid: u64,
+    /// Seed of the engine's PRNG: the comm-ID XOR value, the MAD-agent `hi_tid`, starting PSNs.
+    pub seed: u64,
+    /// CM response timeout exponent written in both REQ timeout fields
+    /// (`CMA_CM_RESPONSE_TIMEOUT` = 20; 4.096 µs × 2^t).
+    pub cm_response_timeout: u8,
+    /// Max CM retries written in the REQ and used for REQ/DREQ (`CMA_MAX_CM_RETRIES` = 15).
+    pub max_cm_retries: u8,
+    /// Path packet lifetime exponent (`CMA_IBOE_PACKET_LIFETIME` = 16 on current Linux).
+    pub packet_life_time: u8,
+    /// Local CA ACK delay exponent (rxe: 15), sent as REP Target ACK Delay.
+    pub ack_delay: u8,
+    /// MRA service timeout exponent (`CMA_CM_MRA_SETTING` & 0x1f = 24).
+    pub mra_service_timeout: u8,
+    /// Retransmission schedule (cm-spec §1.7).
+    pub backoff: Backoff,
+    /// Path MTU written in the REQ and used for RTR.
+    pub path_mtu: Mtu,
+    /// Hop limit of the path (RoCE: the IP TTL); > 1 makes the REQ carry permissive LIDs.
+    pub hop_limit: u8,
+}
+
+impl Default for CmConfig {
+    fn default() -> Self {
+        CmConfig {
+            ca_guid: 0x0002_c903_0000_0001,
+            seed: 0,
+            cm_response_timeout: 20,
+            max_cm_retries: 15,
+            packet_life_time: 16,
+            ack_delay: 15,
+            mra_service_timeout: 24,
+            backoff: Backoff::Linear,
+            path_mtu: Mtu::Mtu1024,
+            hop_limit: 64,
+        }
+    }
+}
+
+/// An engine CM id (Linux `struct ib_cm_id *`). The rdma_cm layer uses the same number for its
+/// `CmIdHandle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IbCmId(pub u32);
+
+/// Counters of received and sent MADs. Every dropped MAD increments exactly one `rx_*` drop
+/// counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CmCounters {
+    /// MADs handed to `handle_datagram`.
+    pub rx_mads: u64,
+    /// Dropped: failed to decode (bad length/version/class/method/attribute…).
+    pub rx_malformed: u64,
+    /// Dropped: SIDR (not implemented).
+    pub rx_unsupported: u64,
+    /// Dropped: no CM id matches the comm IDs.
+    pub rx_unmatched: u64,
+    /// Duplicates (REQ, REP, RTU, MRA, DREQ in DREQ_RCVD …); some are answered.
+    pub rx_duplicates: u64,
+    /// Dropped: arrived in a state that does not accept it.
+    pub rx_wrong_state: u64,
+    /// Dropped: DREQ whose Remote QPN is not the connection's local QPN.
+    pub rx_wrong_qpn: u64,
+    /// REQ/REP answered with REJ 10 (remote QPN still in use).
+    pub rx_stale: u64,
+    /// REQ answered with REJ 8 (no listener).
+    pub rx_no_listener: u64,
+    /// REQ dropped because the listener's backlog is full (no REJ, cm-spec §4.2).
+    pub rx_backlog_full: u64,
+    /// DREQ for an unknown connection answered with DREP.
+    pub rx_dreq_unknown: u64,
+    /// MADs queued for transmission (first sends and retransmissions).
+    pub tx_mads: u64,
+    /// Retransmissions.
+    pub tx_retransmits: u64,
+    /// Sends whose retries ran out.
+    pub tx_timeouts: u64,
+}
+
+/// What the passive side learns from a REQ (`struct ib_cm_req_event_param`), already in the
+/// passive perspective: `responder_resources` is the REQ's Initiator Depth and vice versa
+/// (cm-spec §2.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReqInfo {
+    /// The listening id the REQ matched.
+    pub listen_id: IbCmId,
+    /// The sender's GID.
+    pub remote_gid: Gid,
+    /// The active side's QPN (24 bits).
+    pub remote_qpn: u32,
+    /// Service ID of the REQ.
+    pub service_id: u64,
+    /// RDMA READ/atomic depth this side should accept.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic depth this side may issue.
+    pub initiator_depth: u8,
+    /// Transport retry count requested (3 bits).
+    pub retry_count: u8,
+    /// RNR retry count requested (3 bits).
+    pub rnr_retry_count: u8,
+    /// SRQ flag.
+    pub srq: bool,
+    /// REQ private data, 92 bytes (IP-CM header first when rdma_cm sent it).
+    pub private_data: Vec<u8>,
+}
+
+/// What the active side learns from a REP (`struct ib_cm_rep_event_param`), in its own
+/// perspective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepInfo {
+    /// The passive side's QPN.
+    pub remote_qpn: u32,
+    /// RDMA READ/atomic depth this side should accept (= REP Initiator Depth).
+    pub responder_resources: u8,
+    /// RDMA READ/atomic depth this side may issue (= REP Responder Resources).
+    pub initiator_depth: u8,
+    /// RNR retry count for this side's sends.
+    pub rnr_retry_count: u8,
+    /// SRQ flag.
+    pub srq: bool,
+    /// REP private data, 196 bytes.
+    pub private_data: Vec<u8>,
+}
+
+/// The payload of an IB CM event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IbCmEventKind {
+    /// REQ retries exhausted; the id is back in IDLE.
+    ReqError,
+    /// A new connection request; the event's id is the new passive id (state MRA_REQ_SENT,
+    /// as rdma_cm arms a delayed MRA at once, cm-spec §4.2).
+    ReqReceived(ReqInfo),
+    /// REP retries exhausted; the id is back in IDLE.
+    RepError,
+    /// REP accepted; the id is in REP_RCVD and waits for `send_rtu` or `send_rej`.
+    RepReceived(RepInfo),
+    /// RTU received; ESTABLISHED.
+    RtuReceived(Vec<u8>),
+    /// `establish` (COMM_EST) moved the passive id to ESTABLISHED.
+    UserEstablished,
+    /// DREQ retries exhausted; the id is in TIMEWAIT.
+    DreqError,
+    /// DREQ received; the id is in DREQ_RCVD and waits for `send_drep` (or destroy).
+    DreqReceived(Vec<u8>),
+    /// DREP received; the id is in TIMEWAIT.
+    DrepReceived(Vec<u8>),
+    /// TimeWait over; the id is back in IDLE.
+    TimewaitExit,
+    /// MRA received; the pending retransmission was pushed back.
+    MraReceived,
+    /// REJ received.
+    RejReceived {
+        /// REJ reason (cm-spec §2.5), raw.
+        reason: u16,
+        /// Additional reject information.
+        ari: Vec<u8>,
+        /// REJ private data, 148 bytes.
+        private_data: Vec<u8>,
+    },
+}
+
+impl IbCmEventKind {
+    /// The `ib_cm_event_type` of this event.
+    pub fn event_type(&self) -> IbCmEventType {
+        use IbCmEventKind as K;
+        match self {
+            K::ReqError => IbCmEventType::ReqError,
+            K::ReqReceived(_) => IbCmEventType::ReqReceived,
+            K::RepError => IbCmEventType::RepError,
+            K::RepReceived(_) => IbCmEventType::RepReceived,
+            K::RtuReceived(_) => IbCmEventType::RtuReceived,
+            K::UserEstablished => IbCmEventType::UserEstablished,
+            K::DreqError => IbCmEventType::DreqError,
+            K::DreqReceived(_) => IbCmEventType::DreqReceived,
+            K::DrepReceived(_) => IbCmEventType::DrepReceived,
+            K::TimewaitExit => IbCmEventType::TimewaitExit,
+            K::MraReceived => IbCmEventType::MraReceived,
+            K::RejReceived { .. } => IbCmEventType::RejReceived,
+        }
+    }
+}
+
+/// An IB CM event for one id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IbCmEvent {
+    /// The id it concerns (for REQ_RECEIVED: the new passive id).
+    pub id: IbCmId,
+    /// What happened.
+    pub kind: IbCmEventKind,
+}
+
+/// Parameters of `send_req` (`struct ib_cm_req_param` as rdma_cm fills it, cm-spec §4.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReqParams {
+    /// Service ID (rdma_cm: [`wire::ip_service_id`]).
+    pub service_id: u64,
+    /// This side's GID (path SGID).
+    pub local_gid: Gid,
+    /// The passive side's GID (path DGID); the REQ is sent there.
+    pub remote_gid: Gid,
+    /// This side's QPN (24 bits).
+    pub local_qpn: u32,
+    /// RDMA READ/atomic depth this side accepts.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic depth this side issues.
+    pub initiator_depth: u8,
+    /// Transport retry count, clamped to 7.
+    pub retry_count: u8,
+    /// RNR retry count, clamped to 7 (7 = infinite).
+    pub rnr_retry_count: u8,
+    /// SRQ flag.
+    pub srq: bool,
+    /// REQ private data (≤ 92 bytes, else EINVAL).
+    pub private_data: Vec<u8>,
+}
+
+/// Parameters of `send_rep` (`struct ib_cm_rep_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepParams {
+    /// This side's QPN.
+    pub local_qpn: u32,
+    /// RDMA READ/atomic depth this side accepts.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic depth this side issues.
+    pub initiator_depth: u8,
+    /// RNR retry count the active side should use, clamped to 7.
+    pub rnr_retry_count: u8,
+    /// SRQ flag.
+    pub srq: bool,
+    /// REP private data (≤ 196 bytes, else EINVAL).
+    pub private_data: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    dst: Gid,
+    mad: [u8; MAD_SIZE],
+    timeout_ms: u64,
+    retries_left: u8,
+    sends: u32,
+    deadline: SimTime,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Listener {
+    service_id: u64,
+    backlog: u32,
+    pending: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Conn {
+    state: IbCmState,
+    local_comm_id: u32,
+    remote_comm_id: u32,
+    local_gid: Gid,
+    remote_gid: Gid,
+    remote_ca_guid: u64,
+    local_qpn: u32,
+    remote_qpn: u32,
+    /// Own starting (receive) PSN, 24 bits.
+    psn: u32,
+    /// The peer's advertised PSN = this side's send PSN.
+    sq_psn: u32,
+    responder_resources: u8,
+    initiator_depth: u8,
+    retry_count: u8,
+    rnr_retry_count: u8,
+    path_mtu: Mtu,
+    /// Address-vector local ACK timeout exponent (cm-spec §3.2): QP `timeout` and TimeWait.
+    av_timeout: u8,
+    /// Retransmission timeout of REQ/REP/DREQ for this id, ms.
+    timeout_ms: u64,
+    max_cm_retries: u8,
+    /// TID of the REQ (sent or received), reused by REP/MRA/REJ/RTU (cm-spec §1.6).
+    tid: u64,
+    /// TID of the received DREQ, reused by DREP.
+    dreq_tid: u64,
+    rtu_private_data: Vec<u8>,
+    drep_private_data: Vec<u8>,
+    pending: Option<Pending>,
+    timewait_at: Option<SimTime>,
+    listener: Option<Listener>,
+    listen_id: Option<IbCmId>,
+    in_tables: bool,
+}
+
+/// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs.
+#[derive(Debug)]
+pub struct CmEngine {
+    cfg: CmConfig,
+    rng: u64,
+    comm_id_xor: u32,
+    hi_tid: u32,
+    next_index: u32,
+    next_id: u32,
+    conns: BTreeMap<IbCmId, Conn>,
+    by_local: BTreeMap<u32, IbCmId>,
+    remote_ids: BTreeMap<(u64, u32), IbCmId>,
+    remote_qpns: BTreeMap<(u64, u32), IbCmId>,
+    listeners: BTreeMap<u64, IbCmId>,
+    transmit: VecDeque<(Gid, [u8; MAD_SIZE])>,
+    events: VecDeque<IbCmEvent>,
+    counters: CmCounters,
+}
+
+fn wrong_state(what: &str, state: IbCmState) -> Error {
+    Error::inval(format!("{what} not allowed in IB CM state {state:?}"))
+}
+
+fn no_id(id: IbCmId) -> Error {
+    Error::inval(format!("unknown CM id {}", id.0))
+}
+
+impl CmEngine {
+    /// A new engine for one node.
+    pub fn new(cfg: CmConfig) -> Self {
+        let mut e = CmEngine {
+            cfg,
+            rng: cfg.seed,
+            comm_id_xor: 0,
+            hi_tid: 0,
+            next_index: 0,
+            next_id: 1,
+            conns: BTreeMap::new(),
+            by_local: BTreeMap::new(),
+            remote_ids: BTreeMap::new(),
+            remote_qpns: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: CmCounters::default(),
+        };
+        // Linux: random value chosen at module load XORed into every comm ID (cm-spec §2.9).
+        e.comm_id_xor = e.next_random() as u32;
+        e.hi_tid = e.next_random() as u32;
+        e
+    }
+
+    /// splitmix64 (Steele, Lea, Flood 2014): pinned, tiny, deterministic.
+    fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CmConfig {
+        &self.cfg
+    }
+
+    /// The MAD counters.
+    pub fn counters(&self) -> &CmCounters {
+        &self.counters
+    }
+
+    /// Allocates an id in IDLE with a fresh Local Comm ID (cyclic index XOR the per-node random
+    /// value, never 0 and never one in use, cm-spec §2.9) and a random 24-bit starting PSN
+    /// (cma `seq_num`, cm-spec §4.3).
+    pub fn create_id(&mut self) -> IbCmId {
+        let local_comm_id = loop {
+            let cand = self.next_index ^ self.comm_id_xor;
+            self.next_index = self.next_index.wrapping_add(1);
+            if cand != 0 && !self.by_local.contains_key(&cand) {
+                break cand;
+            }
+        };
+        let id = IbCmId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let psn = (self.next_random() as u32) & PSN_MASK;
+        let av_timeout = self.cfg.packet_life_time.saturating_add(1).min(31);
+        self.conns.insert(
+            id,
+            Conn {
+                state: IbCmState::Idle,
+                local_comm_id,
+                remote_comm_id: 0,
+                local_gid: Gid::default(),
+                remote_gid: Gid::default(),
+                remote_ca_guid: 0,
+                local_qpn: 0,
+                remote_qpn: 0,
+                psn,
+                sq_psn: 0,
+                responder_resources: 0,
+                initiator_depth: 0,
+                retry_count: 0,
+                rnr_retry_count: 0,
+                path_mtu: self.cfg.path_mtu,
+                av_timeout,
+                timeout_ms: 0,
+                max_cm_retries: self.cfg.max_cm_retries,
+                tid: 0,
+                dreq_tid: 0,
+                rtu_private_data: Vec::new(),
+                drep_private_data: Vec::new(),
+                pending: None,
+                timewait_at: None,
+                listener: None,
+                listen_id: None,
+                in_tables: false,
+            },
+        );
+        self.by_local.insert(local_comm_id, id);
+        id
+    }
+
+    /// The state of `id`, or `None` when it does not exist.
+    pub fn state(&self, id: IbCmId) -> Option<IbCmState> {
+        self.conns.get(&id).map(|c| c.state)
+    }
+
+    /// The Local Comm ID of `id`.
+    pub fn local_comm_id(&self, id: IbCmId) -> Option<u32> {
+        self.conns.get(&id).map(|c| c.local_comm_id)
+    }
+
+    /// The listening id a passive id was created from.
+    pub fn listen_id(&self, id: IbCmId) -> Option<IbCmId> {
+        self.conns.get(&id).and_then(|c| c.listen_id)
+    }
+
+    /// TimeWait duration of `id` in ms: `ms(av.timeout)` (cm-spec §3.2; 512 ms by default).
+    pub fn timewait_ms(&self, id: IbCmId) -> Option<u64> {
+        self.conns.get(&id).map(|c| cm_convert_to_ms(c.av_timeout))
+    }
+
+    /// The negotiated QP parameters once the peer is known (after REQ received or REP
+    /// received), for [`QpParams::actions`] (Linux `ib_cm_init_qp_attr`).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id or one with no peer yet.
+    pub fn qp_params(&self, id: IbCmId) -> Result<QpParams, Error> {
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        if c.remote_comm_id == 0 {
+            return Err(wrong_state("QP attributes", c.state));
+        }
+        Ok(QpParams {
+            remote_gid: c.remote_gid,
+            dest_qp_num: c.remote_qpn,
+            rq_psn: c.psn,
+            sq_psn: c.sq_psn,
+            responder_resources: c.responder_resources,
+            initiator_depth: c.initiator_depth,
+            retry_count: c.retry_count,
+            rnr_retry_count: c.rnr_retry_count,
+            timeout: c.av_timeout,
+            path_mtu: c.path_mtu,
+            hop_limit: self.cfg.hop_limit,
+        })
+    }
+
+    /// `ib_cm_listen`: IDLE → LISTEN on `service_id` (exact match) with room for `backlog`
+    /// REQ_RECEIVED events not yet released ([`CmEngine::release_backlog`]).
+    ///
+    /// # Errors
+    /// `EINVAL` unless IDLE; `EBUSY` when another id listens on the service ID (Linux).
+    pub fn listen(&mut self, id: IbCmId, service_id: u64, backlog: u32) -> Result<(), Error> {
+        if self.listeners.contains_key(&service_id) {
+            return Err(Error::new(
+                Errno::EBUSY,
+                "service ID already has a listener",
+            ));
+        }
+        let c = self.conns.get_mut(&id).ok_or_else(|| no_id(id))?;
+        if c.state != IbCmState::Idle {
+            return Err(wrong_state("listen", c.state));
+        }
+        c.state = IbCmState::Listen;
+        c.listener = Some(Listener {
+            service_id,
+            backlog: backlog.max(1),
+            pending: 0,
+        });
+        self.listeners.insert(service_id, id);
+        Ok(())
+    }
+
+    /// Frees one backlog slot of listener `listen_id` (the consumer read a CONNECT_REQUEST or
+    /// its id went away, cm-spec §4.6). Unknown ids are ignored.
+    pub fn release_backlog(&mut self, listen_id: IbCmId) {
+        if let Some(l) = self
+            .conns
+            .get_mut(&listen_id)
+            .and_then(|c| c.listener.as_mut())
+        {
+            l.pending = l.pending.saturating_sub(1);
+        }
+    }
+
+    fn form_tid(&self, local_comm_id: u32) -> u64 {
+        (u64::from(self.hi_tid) << 32) | u64::from(local_comm_id)
+    }
+
+    fn encode(msg: &CmMessage, tid: u64) -> Result<[u8; MAD_SIZE], Error> {
+        msg.encode(tid, 0)
+            .map_err(|e| Error::new(e.errno(), format!("cannot encode CM message: {e}")))
+    }
+
+    fn queue(&mut self, dst: Gid, mad: [u8; MAD_SIZE]) {
+        self.counters.tx_mads += 1;
+        self.transmit.push_back((dst, mad));
+    }
+
+    /// Sends a MAD that expects an answer, with the id's retry budget (cm-spec §1.7).
+    fn queue_with_retries(&mut self, now: SimTime, id: IbCmId, dst: Gid, mad: [u8; MAD_SIZE]) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let timeout_ms = c.timeout_ms;
+        c.pending = Some(Pending {
+            dst,
+            mad,
+            timeout_ms,
+            retries_left: c.max_cm_retries,
+            sends: 1,
+            deadline: now.plus_nanos(self.cfg.backoff.timeout_ms(timeout_ms, 1) * 1_000_000),
+        });
+        self.queue(dst, mad);
+    }
+
+    fn event(&mut self, id: IbCmId, kind: IbCmEventKind) {
+        self.events.push_back(IbCmEvent { id, kind });
+    }
+
+    fn remove_from_tables(&mut self, id: IbCmId) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.in_tables {
+            c.in_tables = false;
+            let (k1, k2) = (
+                (c.remote_ca_guid, c.remote_comm_id),
+                (c.remote_ca_guid, c.remote_qpn),
+            );
+            if self.remote_ids.get(&k1) == Some(&id) {
+                self.remote_ids.remove(&k1);
+            }
+            if self.remote_qpns.get(&k2) == Some(&id) {
+                self.remote_qpns.remove(&k2);
+            }
+        }
+    }
+
+    /// `cm_reset_to_idle`: cancel, leave the lookup tables, IDLE.
+    fn reset_to_idle(&mut self, id: IbCmId) {
+        self.remove_from_tables(id);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pending = None;
+            c.timewait_at = None;
+            c.state = IbCmState::Idle;
+        }
+    }
+
+    /// `cm_enter_timewait`: cancel, leave the lookup tables (current Linux, cm-spec §3.4),
+    /// TIMEWAIT for `ms(av.timeout)`.
+    fn enter_timewait(&mut self, now: SimTime, id: IbCmId) {
+        self.remove_from_tables(id);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pending = None;
+            c.state = IbCmState::Timewait;
+            c.timewait_at = Some(now.plus_nanos(cm_convert_to_ms(c.av_timeout) * 1_000_000));
+        }
+    }
+
+    /// `ib_send_cm_req`: IDLE → REQ_SENT; the REQ is retransmitted every
+    /// `2·ms(PLT) + ms(cm_response_timeout)` up to `max_cm_retries` times (cm-spec §3.2).
+    ///
+    /// # Errors
+    /// `EINVAL` unless IDLE, or when the private data exceeds 92 bytes.
+    pub fn send_req(&mut self, now: SimTime, id: IbCmId, p: &ReqParams) -> Result<(), Error> {
+        let cfg = self.cfg;
+        let tid;
+        let msg;
+        {
+            let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+            if c.state != IbCmState::Idle {
+                return Err(wrong_state("send_req", c.state));
+            }
+            tid = self.form_tid(c.local_comm_id);
+            let subnet_local = cfg.hop_limit <= 1;
+            let lid = if subnet_local { 0 } else { 0xFFFF };
+            msg = CmMessage::Req(Req {
+                local_comm_id: c.local_comm_id,
+                service_id: p.service_id,
+                local_ca_guid: cfg.ca_guid,
+                local_qpn: p.local_qpn & QPN_MASK,
+                responder_resources: p.responder_resources,
+                initiator_depth: p.initiator_depth,
+                remote_cm_response_timeout: cfg.cm_response_timeout,
+                starting_psn: c.psn,
+                local_cm_response_timeout: cfg.cm_response_timeout,
+                retry_count: p.retry_count.min(7),
+                partition_key: DEFAULT_PKEY,
+                path_packet_payload_mtu: cfg.path_mtu.raw(),
+                rnr_retry_count: p.rnr_retry_count.min(7),
+                max_cm_retries: cfg.max_cm_retries,
+                srq: p.srq,
+                primary_path: ReqPath {
+                    local_port_lid: lid,
+                    remote_port_lid: lid,
+                    local_port_gid: p.local_gid,
+                    remote_port_gid: p.remote_gid,
+                    hop_limit: cfg.hop_limit,
+                    subnet_local,
+                    local_ack_timeout: cm_ack_timeout(cfg.ack_delay, cfg.packet_life_time),
+                    ..ReqPath::default()
+                },
+                private_data: p.private_data.clone(),
+                ..Req::default()
+            });
+        }
+        let mad = Self::encode(&msg, tid)?;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.tid = tid;
+            c.local_gid = p.local_gid;
+            c.remote_gid = p.remote_gid;
+            c.local_qpn = p.local_qpn & QPN_MASK;
+            c.responder_resources = p.responder_resources;
+            c.initiator_depth = p.initiator_depth;
+            c.retry_count = p.retry_count.min(7);
+            c.rnr_retry_count = p.rnr_retry_count.min(7);
+            c.max_cm_retries = cfg.max_cm_retries;
+            c.av_timeout = cfg.packet_life_time.saturating_add(1).min(31);
+            c.timeout_ms = 2 * cm_convert_to_ms(cfg.packet_life_time)
+                + cm_convert_to_ms(cfg.cm_response_timeout);
+            c.state = IbCmState::ReqSent;
+        }
+        self.queue_with_retries(now, id, p.remote_gid, mad);
+        Ok(())
+    }
+
+    /// `ib_send_cm_rep`: REQ_RCVD/MRA_REQ_SENT → REP_SENT; retransmitted every
+    /// `ms(REQ.LocalCMResponseTimeout)` up to REQ.MaxCMRetries times (cm-spec §3.2).
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state, or when the private data exceeds 196 bytes.
+    pub fn send_rep(&mut self, now: SimTime, id: IbCmId, p: &RepParams) -> Result<(), Error> {
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        if !matches!(c.state, IbCmState::ReqRcvd | IbCmState::MraReqSent) {
+            return Err(wrong_state("send_rep", c.state));
+        }
+        let msg = CmMessage::Rep(Rep {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id,
+            local_qpn: p.local_qpn & QPN_MASK,
+            starting_psn: c.psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            target_ack_delay: self.cfg.ack_delay,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            srq: p.srq,
+            local_ca_guid: self.cfg.ca_guid,
+            private_data: p.private_data.clone(),
+            ..Rep::default()
+        });
+        let (mad, dst) = (Self::encode(&msg, c.tid)?, c.remote_gid);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.local_qpn = p.local_qpn & QPN_MASK;
+            c.responder_resources = p.responder_resources;
+            c.initiator_depth = p.initiator_depth;
+            c.state = IbCmState::RepSent;
+        }
+        self.queue_with_retries(now, id, dst, mad);
+        Ok(())
+    }
+
+    /// `ib_send_cm_rtu`: REP_RCVD/MRA_REP_SENT → ESTABLISHED; RTU sent once (no retries); its
+    /// private data is kept to answer duplicate REPs.
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state or for private data over 224 bytes.
+    pub fn send_rtu(&mut self, id: IbCmId, private_data: &[u8]) -> Result<(), Error> {
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        if !matches!(c.state, IbCmState::RepRcvd | IbCmState::MraRepSent) {
+            return Err(wrong_state("send_rtu", c.state));
+        }
+        let mad = Self::encode(&Self::rtu_msg(c, private_data), c.tid)?;
+        let dst = c.remote_gid;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.rtu_private_data = private_data.to_vec();
+            c.state = IbCmState::Established;
+        }
+        self.queue(dst, mad);
+        Ok(())
+    }
+
+    fn rtu_msg(c: &Conn, private_data: &[u8]) -> CmMessage {
+        CmMessage::Rtu(Rtu {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id,
+            private_data: private_data.to_vec(),
+        })
+    }
+
+    /// `ib_send_cm_rej` (cm-spec §3.3): from REQ_SENT, MRA_REQ_RCVD, REQ_RCVD, MRA_REQ_SENT,
+    /// REP_RCVD, MRA_REP_SENT → IDLE; from REP_SENT, MRA_REP_RCVD → TIMEWAIT. The REJ's
+    /// Local Comm ID and Message Rejected follow `cm_format_rej` (cm-spec §2.5).
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state, or ARI over 72 / private data over 148 bytes.
+    pub fn send_rej(
+        &mut self,
+        now: SimTime,
+        id: IbCmId,
+        reason: RejectReason,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        use IbCmState as S;
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        let timewait = match c.state {
+            S::ReqSent
+            | S::MraReqRcvd
+            | S::ReqRcvd
+            | S::MraReqSent
+            | S::RepRcvd
+            | S::MraRepSent => false,
+            S::RepSent | S::MraRepRcvd => true,
+            other => return Err(wrong_state("send_rej", other)),
+        };
+        let (local, msg_rej) = match c.state {
+            S::ReqRcvd => (0, CmMsgResponse::Req),
+            S::MraReqSent => (c.local_comm_id, CmMsgResponse::Req),
+            S::RepRcvd | S::MraRepSent => (c.local_comm_id, CmMsgResponse::Rep),
+            _ => (c.local_comm_id, CmMsgResponse::Other),
+        };
+        let msg = CmMessage::Rej(Rej {
+            local_comm_id: local,
+            remote_comm_id: c.remote_comm_id,
+            message_rejected: msg_rej,
+            reason: reason.into(),
+            ari: ari.to_vec(),
+            private_data: private_data.to_vec(),
+        });
+        let mad = Self::encode(&msg, c.tid)?;
+        let dst = c.remote_gid;
+        if timewait {
+            self.enter_timewait(now, id);
+        } else {
+            self.reset_to_idle(id);
+        }
+        self.queue(dst, mad);
+        Ok(())
+    }
+
+    /// `ib_send_cm_dreq`: ESTABLISHED → DREQ_SENT; the DREQ is retransmitted with the id's
+    /// timeout and retry budget (cm-spec §3.2, §3.3).
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state (nothing sent) or for private data over 220 bytes.
+    pub fn send_dreq(
+        &mut self,
+        now: SimTime,
+        id: IbCmId,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        if c.state != IbCmState::Established {
+            return Err(wrong_state("send_dreq", c.state));
+        }
+        let msg = CmMessage::Dreq(Dreq {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id,
+            remote_qpn_eecn: c.remote_qpn,
+            private_data: private_data.to_vec(),
+        });
+        let mad = Self::encode(&msg, self.form_tid(c.local_comm_id))?;
+        let dst = c.remote_gid;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = IbCmState::DreqSent;
+        }
+        self.queue_with_retries(now, id, dst, mad);
+        Ok(())
+    }
+
+    /// `ib_send_cm_drep`: DREQ_RCVD → TIMEWAIT, DREP sent once with the DREQ's TID; its private
+    /// data is kept to answer duplicate DREQs during TimeWait (cm-spec §3.3).
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state (nothing sent) or for private data over 224 bytes.
+    pub fn send_drep(
+        &mut self,
+        now: SimTime,
+        id: IbCmId,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        let c = self.conns.get(&id).ok_or_else(|| no_id(id))?;
+        if c.state != IbCmState::DreqRcvd {
+            return Err(wrong_state("send_drep", c.state));
+        }
+        let mad = Self::encode(&Self::drep_msg(c, private_data), c.dreq_tid)?;
+        let dst = c.remote_gid;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.drep_private_data = private_data.to_vec();
+        }
+        self.enter_timewait(now, id);
+        self.queue(dst, mad);
+        Ok(())
+    }
+
+    fn drep_msg(c: &Conn, private_data: &[u8]) -> CmMessage {
+        CmMessage::Drep(Drep {
+            local_comm_id: c.local_comm_id,
+            remote_comm_id: c.remote_comm_id,
+            private_data: private_data.to_vec(),
+        })
+    }
+
+    /// `ib_cm_notify(IB_EVENT_COMM_EST)`: REP_SENT/MRA_REP_RCVD → ESTABLISHED with event
+    /// USER_ESTABLISHED (data arrived before the RTU, cm-spec §4.3 step 5).
+    ///
+    /// # Errors
+    /// `EINVAL` in any other state (Linux: -EISCONN when already ESTABLISHED).
+    pub fn establish(&mut self, id: IbCmId) -> Result<(), Error> {
+        let c = self.conns.get_mut(&id).ok_or_else(|| no_id(id))?;
+        if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
+            return Err(wrong_state("establish", c.state));
+        }
+        c.pending = None;
+        c.state = IbCmState::Established;
+        self.event(id, IbCmEventKind::UserEstablished);
+        Ok(())
+    }
+
+    /// `ib_destroy_cm_id` (cm-spec §3.3 "Destroy"): LISTEN → stop listening; REQ_SENT/
+    /// MRA_REQ_RCVD → REJ 4 with this node's CA GUID as ARI; REQ_RCVD, MRA_REQ_SENT, REP_RCVD,
+    /// MRA_REP_SENT, REP_SENT, MRA_REP_RCVD → REJ 28; ESTABLISHED → one DREQ without
+    /// retries; DREQ_RCVD → DREP; DREQ_SENT/TIMEWAIT → nothing more. Then the id is freed: no
+    /// further event, and DREQs for it are answered as for an unknown connection.
+    pub fn destroy_id(&mut self, now: SimTime, id: IbCmId) {
+        use IbCmState as S;
+        let Some(state) = self.state(id) else {
+            return;
+        };
+        match state {
+            S::ReqSent | S::MraReqRcvd => {
+                let ari = self.cfg.ca_guid.to_be_bytes();
+                let _ = self.send_rej(now, id, RejectReason::Timeout, &ari, &[]);
+            }
+            S::ReqRcvd
+            | S::MraReqSent
+            | S::RepRcvd
+            | S::MraRepSent
+            | S::RepSent
+            | S::MraRepRcvd => {
+                let _ = self.send_rej(now, id, RejectReason::ConsumerDefined, &[], &[]);
+            }
+            S::Established => {
+                // Linux sends the DREQ, then cancels it: it goes out once (cm-spec §3.3).
+                let _ = self.send_dreq(now, id, &[]);
+                self.enter_timewait(now, id);
+            }
+            S::DreqRcvd => {
+                let _ = self.send_drep(now, id, &[]);
+            }
+            _ => {}
+        }
+        self.remove_from_tables(id);
+        if let Some(c) = self.conns.remove(&id) {
+            self.by_local.remove(&c.local_comm_id);
+            if let Some(l) = c.listener {
+                self.listeners.remove(&l.service_id);
+            }
+        }
+        self.events.retain(|e| e.id != id);
+    }
+
+    /// The next MAD to send and its destination GID.
+    pub fn poll_transmit(&mut self) -> Option<(Gid, [u8; MAD_SIZE])> {
+        self.transmit.pop_front()
+    }
+
+    /// The next IB CM event.
+    pub fn poll_event(&mut self) -> Option<IbCmEvent> {
+        self.events.pop_front()
+    }
+
+    /// The earliest armed timer (retransmission or TimeWait), if any.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.conns
+            .values()
+            .flat_map(|c| [c.pending.as_ref().map(|p| p.deadline), c.timewait_at])
+            .flatten()
+            .min()
+    }
+
+    /// Runs every timer due at `now`: retransmissions (with the [`Backoff`] schedule), send
+    /// timeouts (REQ → IDLE + REQ_ERROR, REP → IDLE + REP_ERROR, DREQ → TIMEWAIT +
+    /// DREQ_ERROR; cm-spec §3.3) and TimeWait expiry (→ IDLE + TIMEWAIT_EXIT).
+    pub fn handle_timeout(&mut self, now: SimTime) {
+        let due: Vec<IbCmId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.pending.as_ref().is_some_and(|p| p.deadline <= now)
+                    || c.timewait_at.is_some_and(|t| t <= now)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.fire_timers(now, id);
+        }
+    }
+
+    fn fire_timers(&mut self, now: SimTime, id: IbCmId) {
+        let backoff = self.cfg.backoff;
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.timewait_at.is_some_and(|t| t <= now) {
+            c.timewait_at = None;
+            if c.state == IbCmState::Timewait {
+                c.state = IbCmState::Idle;
+                self.event(id, IbCmEventKind::TimewaitExit);
+            }
+            return;
+        }
+        let Some(p) = c.pending.as_mut() else {
+            return;
+        };
+        if p.deadline > now {
+            return;
+        }
+        if p.retries_left > 0 {
+            p.retries_left -= 1;
+            p.sends += 1;
+            p.deadline = now.plus_nanos(backoff.timeout_ms(p.timeout_ms, p.sends) * 1_000_000);
+            let (dst, mad) = (p.dst, p.mad);
+            self.counters.tx_retransmits += 1;
+            self.queue(dst, mad);
+            return;
+        }
+        c.pending = None;
+        self.counters.tx_timeouts += 1;
+        match c.state {
+            IbCmState::ReqSent | IbCmState::MraReqRcvd => {
+                self.reset_to_idle(id);
+                self.event(id, IbCmEventKind::ReqError);
+            }
+            IbCmState::RepSent | IbCmState::MraRepRcvd => {
+                self.reset_to_idle(id);
+                self.event(id, IbCmEventKind::RepError);
+            }
+            IbCmState::DreqSent => {
+                self.enter_timewait(now, id);
+                self.event(id, IbCmEventKind::DreqError);
+            }
+            _ => {}
+        }
+    }
+
+    /// Processes one received MAD from `src` (cm-spec §3.3, §3.4). Never panics; anything that
+    /// fails to decode or match is counted in [`CmCounters`] and dropped.
+    pub fn handle_datagram(&mut self, now: SimTime, src: Gid, mad: &[u8]) {
+        self.counters.rx_mads += 1;
+        let Ok((hdr, msg)) = wire::decode(mad) else {
+            self.counters.rx_malformed += 1;
+            return;
+        };
+        let tid = hdr.transaction_id;
+        match msg {
+            CmMessage::Req(m) => self.on_req(now, src, tid, m),
+            CmMessage::Mra(m) => self.on_mra(now, m),
+            CmMessage::Rej(m) => self.on_rej(now, m),
+            CmMessage::Rep(m) => self.on_rep(now, src, tid, m),
+            CmMessage::Rtu(m) => self.on_rtu(m),
+            CmMessage::Dreq(m) => self.on_dreq(src, tid, m),
+            CmMessage::Drep(m) => self.on_drep(now, m),
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.rx_unsupported += 1,
+        }
+    }
+
+    /// The id whose local ID is `local` and whose remote ID is `remote` (`cm_acquire_id`).
+    fn lookup(&self, local: u32, remote: u32) -> Option<IbCmId> {
+        let id = *self.by_local.get(&local)?;
+        (self.conns.get(&id)?.remote_comm_id == remote).then_some(id)
+    }
+
+    /// `cm_issue_rej`: a REJ without a cm_id; IDs swapped from the received message, TID copied.
+    fn issue_rej(
+        &mut self,
+        dst: Gid,
+        tid: u64,
+        rcvd_local: u32,
+        rcvd_remote: u32,
+        reason: RejectReason,
+        msg: CmMsgResponse,
+    ) {
+        let rej = CmMessage::Rej(Rej {
+            local_comm_id: rcvd_remote,
+            remote_comm_id: rcvd_local,
+            message_rejected: msg,
+            reason: reason.into(),
+            ..Rej::default()
+        });
+        if let Ok(mad) = Self::encode(&rej, tid) {
+            self.queue(dst, mad);
+        }
+    }
+
+    /// Stale connection on the old id: try a DREQ (succeeds only when ESTABLISHED, §3.4).
+    fn dreq_stale(&mut self, now: SimTime, old: IbCmId) {
+        let _ = self.send_dreq(now, old, &[]);
+    }
+
+    fn on_req(&mut self, now: SimTime, src: Gid, tid: u64, r: Req) {
+        let guid = r.local_ca_guid;
+        if let Some(&dup) = self.remote_ids.get(&(guid, r.local_comm_id)) {
+            self.counters.rx_duplicates += 1;
+            self.dup_req(dup, src, tid, &r);
+            return;
+        }
+        if let Some(&old) = self.remote_qpns.get(&(guid, r.local_qpn)) {
+            self.counters.rx_stale += 1;
+            self.issue_rej(
+                src,
+                tid,
+                r.local_comm_id,
+                0,
+                RejectReason::StaleConn,
+                CmMsgResponse::Req,
+            );
+            self.dreq_stale(now, old);
+            return;
+        }
+        let Some(&listen_id) = self.listeners.get(&r.service_id) else {
+            self.counters.rx_no_listener += 1;
+            self.issue_rej(
+                src,
+                tid,
+                r.local_comm_id,
+                0,
+                RejectReason::InvalidServiceId,
+                CmMsgResponse::Req,
+            );
+            return;
+        };
+        let full = self
+            .conns
+            .get_mut(&listen_id)
+            .and_then(|c| c.listener.as_mut())
+            .is_none_or(|l| {
+                if l.pending >= l.backlog {
+                    true
+                } else {
+                    l.pending += 1;
+                    false
+                }
+            });
+        if full {
+            // ucma's handler fails with -ENOMEM: the REQ is dropped without REJ (§4.2).
+            self.counters.rx_backlog_full += 1;
+            return;
+        }
+        let id = self.create_id();
+        let plt = r.primary_path.local_ack_timeout.saturating_sub(1);
+        let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu)
+            .unwrap_or(self.cfg.path_mtu)
+            .min(self.cfg.path_mtu);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = IbCmState::ReqRcvd;
+            c.remote_comm_id = r.local_comm_id;
+            c.remote_ca_guid = guid;
+            c.remote_qpn = r.local_qpn;
+            c.remote_gid = src;
+            c.local_gid = r.primary_path.remote_port_gid;
+            c.sq_psn = r.starting_psn;
+            c.responder_resources = r.initiator_depth;
+            c.initiator_depth = r.responder_resources;
+            c.retry_count = r.retry_count;
+            c.rnr_retry_count = r.rnr_retry_count;
+            c.path_mtu = path_mtu;
+            c.av_timeout = plt.saturating_add(1).min(31);
+            c.timeout_ms = cm_convert_to_ms(r.local_cm_response_timeout);
+            c.max_cm_retries = r.max_cm_retries;
+            c.tid = tid;
+            c.listen_id = Some(listen_id);
+            c.in_tables = true;
+        }
+        self.remote_ids.insert((guid, r.local_comm_id), id);
+        self.remote_qpns.insert((guid, r.local_qpn), id);
+        self.event(
+            id,
+            IbCmEventKind::ReqReceived(ReqInfo {
+                listen_id,
+                remote_gid: src,
+                remote_qpn: r.local_qpn,
+                service_id: r.service_id,
+                responder_resources: r.initiator_depth,
+                initiator_depth: r.responder_resources,
+                retry_count: r.retry_count,
+                rnr_retry_count: r.rnr_retry_count,
+                srq: r.srq,
+                private_data: r.private_data,
+            }),
+        );
+        // rdma_cm arms a delayed MRA right after REQ_RECEIVED (cm-spec §4.2): nothing on the
+        // wire until a duplicate REQ arrives.
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = IbCmState::MraReqSent;
+        }
+    }
+
+    /// `cm_dup_req_handler`: MRA_REQ_SENT → resend MRA; TIMEWAIT → REJ 10; else drop.
+    fn dup_req(&mut self, id: IbCmId, src: Gid, tid: u64, r: &Req) {
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        match c.state {
+            IbCmState::MraReqSent => {
+                let mra = CmMessage::Mra(Mra {
+                    local_comm_id: c.local_comm_id,
+                    remote_comm_id: c.remote_comm_id,
+                    message_mraed: CmMsgResponse::Req,
+                    service_timeout: self.cfg.mra_service_timeout,
+                    private_data: Vec::new(),
+                });
+                if let Ok(mad) = Self::encode(&mra, c.tid) {
+                    self.queue(src, mad);
+                }
+            }
+            IbCmState::Timewait => self.issue_rej(
+                src,
+                tid,
+                r.local_comm_id,
+                0,
+                RejectReason::StaleConn,
+                CmMsgResponse::Req,
+            ),
+            _ => {}
+        }
+    }
+
+    fn on_rep(&mut self, now: SimTime, src: Gid, tid: u64, p: Rep) {
+        let first = self.lookup(p.remote_comm_id, 0).filter(|id| {
+            matches!(
+                self.state(*id),
+                Some(IbCmState::ReqSent | IbCmState::MraReqRcvd)
+            )
+        });
+        let Some(id) = first else {
+            self.dup_rep(src, &p);
+            return;
+        };
+        let guid = p.local_ca_guid;
+        if self.remote_ids.contains_key(&(guid, p.local_comm_id)) {
+            self.counters.rx_duplicates += 1;
+            return;
+        }
+        if let Some(&old) = self.remote_qpns.get(&(guid, p.local_qpn)) {
+            self.counters.rx_stale += 1;
+            self.issue_rej(
+                src,
+                tid,
+                p.local_comm_id,
+                p.remote_comm_id,
+                RejectReason::StaleConn,
+                CmMsgResponse::Rep,
+            );
+            self.dreq_stale(now, old);
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.remote_comm_id = p.local_comm_id;
+            c.remote_ca_guid = guid;
+            c.remote_qpn = p.local_qpn;
+            c.sq_psn = p.starting_psn;
+            c.responder_resources = p.initiator_depth;
+            c.initiator_depth = p.responder_resources;
+            c.rnr_retry_count = p.rnr_retry_count;
+            c.av_timeout = cm_ack_timeout(p.target_ack_delay, c.av_timeout.saturating_sub(1));
+            c.pending = None;
+            c.in_tables = true;
+            c.state = IbCmState::RepRcvd;
+        }
+        self.remote_ids.insert((guid, p.local_comm_id), id);
+        self.remote_qpns.insert((guid, p.local_qpn), id);
+        self.event(
+            id,
+            IbCmEventKind::RepReceived(RepInfo {
+                remote_qpn: p.local_qpn,
+                responder_resources: p.initiator_depth,
+                initiator_depth: p.responder_resources,
+                rnr_retry_count: p.rnr_retry_count,
+                srq: p.srq,
+                private_data: p.private_data,
+            }),
+        );
+    }
+
+    /// `cm_dup_rep_handler`: ESTABLISHED → resend RTU; MRA_REP_SENT → resend MRA; else drop.
+    fn dup_rep(&mut self, src: Gid, p: &Rep) {
+        let Some(id) = self.lookup(p.remote_comm_id, p.local_comm_id) else {
+            self.counters.rx_unmatched += 1;
+            return;
+        };
+        self.counters.rx_duplicates += 1;
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        let msg = match c.state {
+            IbCmState::Established => Self::rtu_msg(c, &c.rtu_private_data),
+            IbCmState::MraRepSent => CmMessage::Mra(Mra {
+                local_comm_id: c.local_comm_id,
+                remote_comm_id: c.remote_comm_id,
+                message_mraed: CmMsgResponse::Rep,
+                service_timeout: self.cfg.mra_service_timeout,
+                private_data: Vec::new(),
+            }),
+            _ => return,
+        };
+        if let Ok(mad) = Self::encode(&msg, c.tid) {
+            self.queue(src, mad);
+        }
+    }
+
+    fn on_rtu(&mut self, m: Rtu) {
+        let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
+            self.counters.rx_unmatched += 1;
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
+            self.counters.rx_duplicates += 1;
+            return;
+        }
+        c.pending = None;
+        c.state = IbCmState::Established;
+        self.event(id, IbCmEventKind::RtuReceived(m.private_data));
+    }
+
+    fn on_mra(&mut self, now: SimTime, m: Mra) {
+        let found = match m.message_mraed {
+            CmMsgResponse::Req => self.lookup(m.remote_comm_id, 0),
+            _ => self.lookup(m.remote_comm_id, m.local_comm_id),
+        };
+        let Some(id) = found else {
+            self.counters.rx_unmatched += 1;
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let next = match (c.state, m.message_mraed) {
+            (IbCmState::ReqSent, CmMsgResponse::Req) => IbCmState::MraReqRcvd,
+            (IbCmState::RepSent, CmMsgResponse::Rep) => IbCmState::MraRepRcvd,
+            (IbCmState::MraReqRcvd | IbCmState::MraRepRcvd, _) => {
+                self.counters.rx_duplicates += 1;
+                return;
+            }
+            _ => {
+                self.counters.rx_wrong_state += 1;
+                return;
+            }
+        };
+        // Timer pushed back to ms(service timeout) + ms(av.timeout) (cm-spec §3.2).
+        let extra = cm_convert_to_ms(m.service_timeout) + cm_convert_to_ms(c.av_timeout);
+        if let Some(p) = c.pending.as_mut() {
+            p.deadline = now.plus_nanos(extra * 1_000_000);
+        }
+        c.state = next;
+        self.event(id, IbCmEventKind::MraReceived);
+    }
+
+    fn on_rej(&mut self, now: SimTime, m: Rej) {
+        use IbCmState as S;
+        // cm_acquire_rejected_id (cm-spec §2.5).
+        let found = if m.reason == u16::from(RejectReason::Timeout) {
+            let guid = m
+                .ari
+                .get(..8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_be_bytes);
+            guid.and_then(|g| self.remote_ids.get(&(g, m.local_comm_id)).copied())
+        } else if m.message_rejected == CmMsgResponse::Req {
+            self.lookup(m.remote_comm_id, 0)
+        } else {
+            self.lookup(m.remote_comm_id, m.local_comm_id)
+        };
+        let Some(id) = found else {
+            self.counters.rx_unmatched += 1;
+            return;
+        };
+        let Some(state) = self.state(id) else {
+            return;
+        };
+        let stale = m.reason == u16::from(RejectReason::StaleConn);
+        match state {
+            S::ReqSent
+            | S::MraReqRcvd
+            | S::RepSent
+            | S::MraRepRcvd
+            | S::ReqRcvd
+            | S::MraReqSent => {
+                if stale {
+                    self.enter_timewait(now, id);
+                } else {
+                    self.reset_to_idle(id);
+                }
+            }
+            S::DreqSent | S::RepRcvd | S::MraRepSent | S::Established => {
+                self.enter_timewait(now, id)
+            }
+            _ => {
+                self.counters.rx_wrong_state += 1;
+                return;
+            }
+        }
+        self.event(
+            id,
+            IbCmEventKind::RejReceived {
+                reason: m.reason,
+                ari: m.ari,
+                private_data: m.private_data,
+            },
+        );
+    }
+
+    fn on_dreq(&mut self, src: Gid, tid: u64, m: Dreq) {
+        use IbCmState as S;
+        let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
+            // cm_issue_drep: answer anyway, IDs swapped, TID copied (cm-spec §3.3).
+            self.counters.rx_dreq_unknown += 1;
+            let drep = CmMessage::Drep(Drep {
+                local_comm_id: m.remote_comm_id,
+                remote_comm_id: m.local_comm_id,
+                private_data: Vec::new(),
+            });
+            if let Ok(mad) = Self::encode(&drep, tid) {
+                self.queue(src, mad);
+            }
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if c.local_qpn != m.remote_qpn_eecn {
+            self.counters.rx_wrong_qpn += 1;
+            return;
+        }
+        match c.state {
+            S::RepSent | S::DreqSent | S::MraRepRcvd | S::Established => c.pending = None,
+            S::Timewait => {
+                self.counters.rx_duplicates += 1;
+                let msg = Self::drep_msg(c, &c.drep_private_data);
+                let dst = c.remote_gid;
+                if let Ok(mad) = Self::encode(&msg, tid) {
+                    self.queue(dst, mad);
+                }
+                return;
+            }
+            S::DreqRcvd => {
+                self.counters.rx_duplicates += 1;
+                return;
+            }
+            _ => {
+                self.counters.rx_wrong_state += 1;
+                return;
+            }
+        }
+        c.state = S::DreqRcvd;
+        c.dreq_tid = tid;
+        self.event(id, IbCmEventKind::DreqReceived(m.private_data));
+    }
+
+    fn on_drep(&mut self, now: SimTime, m: Drep) {
+        let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
+            self.counters.rx_unmatched += 1;
+            return;
+        };
+        if !matches!(
+            self.state(id),
+            Some(IbCmState::DreqSent | IbCmState::DreqRcvd)
+        ) {
+            self.counters.rx_wrong_state += 1;
+            return;
+        }
+        self.enter_timewait(now, id);
+        self.event(id, IbCmEventKind::DrepReceived(m.private_data));
+    }
+}
+
+#[cfg(test)]
+mod tests;

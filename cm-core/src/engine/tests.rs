@@ -1,0 +1,189 @@
+//! Engine-level unit tests: two engines wired back to back.
+
+use super::*;
+
+fn gid(n: u8) -> Gid {
+    Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, n))
+}
+
+fn pair() -> (CmEngine, CmEngine) {
+    let a = CmEngine::new(CmConfig {
+        ca_guid: 0xA,
+        seed: 1,
+        ..CmConfig::default()
+    });
+    let b = CmEngine::new(CmConfig {
+        ca_guid: 0xB,
+        seed: 2,
+        ..CmConfig::default()
+    });
+    (a, b)
+}
+
+/// Moves every queued MAD from `from` (at `from_gid`) into `to`.
+fn pump(now: SimTime, from: &mut CmEngine, from_gid: Gid, to: &mut CmEngine) -> usize {
+    let mut n = 0;
+    while let Some((_, mad)) = from.poll_transmit() {
+        to.handle_datagram(now, from_gid, &mad);
+        n += 1;
+    }
+    n
+}
+
+fn connect(a: &mut CmEngine, b: &mut CmEngine) -> (IbCmId, IbCmId) {
+    let now = SimTime::ZERO;
+    let l = b.create_id();
+    b.listen(l, 0x1060000 | 7471, 4).unwrap();
+    let ia = a.create_id();
+    let req = ReqParams {
+        service_id: 0x1060000 | 7471,
+        local_gid: gid(1),
+        remote_gid: gid(2),
+        local_qpn: 0x11,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: vec![],
+    };
+    a.send_req(now, ia, &req).unwrap();
+    pump(now, a, gid(1), b);
+    let ev = b.poll_event().unwrap();
+    let ib = ev.id;
+    assert!(matches!(ev.kind, IbCmEventKind::ReqReceived(_)));
+    let rep = RepParams {
+        local_qpn: 0x22,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: vec![],
+    };
+    b.send_rep(now, ib, &rep).unwrap();
+    pump(now, b, gid(2), a);
+    assert!(matches!(
+        a.poll_event().unwrap().kind,
+        IbCmEventKind::RepReceived(_)
+    ));
+    a.send_rtu(ia, &[]).unwrap();
+    pump(now, a, gid(1), b);
+    assert!(matches!(
+        b.poll_event().unwrap().kind,
+        IbCmEventKind::RtuReceived(_)
+    ));
+    (ia, ib)
+}
+
+#[test]
+fn handshake_reaches_established_with_crossed_psns() {
+    let (mut a, mut b) = pair();
+    let (ia, ib) = connect(&mut a, &mut b);
+    assert_eq!(a.state(ia), Some(IbCmState::Established));
+    assert_eq!(b.state(ib), Some(IbCmState::Established));
+    let (pa, pb) = (a.qp_params(ia).unwrap(), b.qp_params(ib).unwrap());
+    assert_eq!(pa.sq_psn, pb.rq_psn);
+    assert_eq!(pb.sq_psn, pa.rq_psn);
+    assert_eq!((pa.dest_qp_num, pb.dest_qp_num), (0x22, 0x11));
+    assert_eq!(a.timewait_ms(ia), Some(512));
+    assert_eq!(b.timewait_ms(ib), Some(512));
+}
+
+#[test]
+fn dreq_drep_then_timewait_exit_after_512_ms() {
+    let (mut a, mut b) = pair();
+    let (ia, ib) = connect(&mut a, &mut b);
+    let t0 = SimTime::from_millis(1);
+    a.send_dreq(t0, ia, &[]).unwrap();
+    pump(t0, &mut a, gid(1), &mut b);
+    assert_eq!(b.state(ib), Some(IbCmState::DreqRcvd));
+    b.send_drep(t0, ib, &[]).unwrap();
+    pump(t0, &mut b, gid(2), &mut a);
+    assert_eq!(a.state(ia), Some(IbCmState::Timewait));
+    assert!(matches!(
+        a.poll_event().unwrap().kind,
+        IbCmEventKind::DrepReceived(_)
+    ));
+    assert_eq!(a.poll_timeout(), Some(SimTime::from_millis(513)));
+    a.handle_timeout(SimTime::from_millis(512));
+    assert_eq!(a.state(ia), Some(IbCmState::Timewait));
+    a.handle_timeout(SimTime::from_millis(513));
+    assert_eq!(a.state(ia), Some(IbCmState::Idle));
+    assert_eq!(a.poll_event().unwrap().kind, IbCmEventKind::TimewaitExit);
+}
+
+#[test]
+fn req_retries_run_out_after_16_sends_of_4608_ms() {
+    let (mut a, _) = pair();
+    let ia = a.create_id();
+    let req = ReqParams {
+        service_id: 1,
+        local_gid: gid(1),
+        remote_gid: gid(2),
+        local_qpn: 0x11,
+        responder_resources: 0,
+        initiator_depth: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: vec![],
+    };
+    a.send_req(SimTime::ZERO, ia, &req).unwrap();
+    let mut sends = 0;
+    while let Some(t) = a.poll_timeout() {
+        while a.poll_transmit().is_some() {
+            sends += 1;
+        }
+        a.handle_timeout(t);
+    }
+    assert_eq!(sends, 16);
+    assert_eq!(a.state(ia), Some(IbCmState::Idle));
+    assert_eq!(a.poll_event().unwrap().kind, IbCmEventKind::ReqError);
+    assert_eq!(a.counters().tx_timeouts, 1);
+}
+
+#[test]
+fn malformed_mads_are_counted_and_dropped() {
+    let (mut a, _) = pair();
+    a.handle_datagram(SimTime::ZERO, gid(9), &[0u8; 10]);
+    a.handle_datagram(SimTime::ZERO, gid(9), &[0xffu8; 256]);
+    assert_eq!(a.counters().rx_malformed, 2);
+    assert!(a.poll_transmit().is_none());
+}
+
+#[test]
+fn dreq_with_wrong_remote_qpn_is_dropped() {
+    let (mut a, mut b) = pair();
+    let (ia, ib) = connect(&mut a, &mut b);
+    let dreq = CmMessage::Dreq(Dreq {
+        local_comm_id: a.local_comm_id(ia).unwrap(),
+        remote_comm_id: b.local_comm_id(ib).unwrap(),
+        remote_qpn_eecn: 0x999,
+        private_data: vec![],
+    });
+    b.handle_datagram(SimTime::ZERO, gid(1), &dreq.encode(1, 0).unwrap());
+    assert_eq!(b.counters().rx_wrong_qpn, 1);
+    assert_eq!(b.state(ib), Some(IbCmState::Established));
+    assert!(b.poll_transmit().is_none());
+    assert!(b.poll_event().is_none());
+}
+
+#[test]
+fn dreq_for_unknown_connection_gets_drep_with_ids_swapped_and_tid_copied() {
+    let (_, mut b) = pair();
+    let dreq = CmMessage::Dreq(Dreq {
+        local_comm_id: 0x1234,
+        remote_comm_id: 0x5678,
+        remote_qpn_eecn: 0x22,
+        private_data: vec![],
+    });
+    b.handle_datagram(SimTime::ZERO, gid(1), &dreq.encode(0xABCD, 0).unwrap());
+    let (dst, mad) = b.poll_transmit().unwrap();
+    assert_eq!(dst, gid(1));
+    let (hdr, msg) = wire::decode(&mad).unwrap();
+    assert_eq!(hdr.transaction_id, 0xABCD);
+    let CmMessage::Drep(d) = msg else {
+        panic!("not a DREP: {msg:?}")
+    };
+    assert_eq!((d.local_comm_id, d.remote_comm_id), (0x5678, 0x1234));
+}
