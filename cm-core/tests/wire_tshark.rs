@@ -52,6 +52,10 @@ fn roce_frame(mad: &[u8; 256]) -> Vec<u8> {
 fn tshark_verbose(name: &str, mads: &[[u8; 256]]) -> Option<String> {
     let tshark_present = Command::new("tshark").arg("--version").output().is_ok();
     if !tshark_present {
+        assert!(
+            std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+            "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+        );
         println!("tshark not installed: skipping the Wireshark cross-check");
         return None;
     }

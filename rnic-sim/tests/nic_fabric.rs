@@ -220,6 +220,10 @@ fn recorded_exchange_decodes_in_tshark_as_roce_without_malformed_packets() {
     }
     drop(w);
     if !tshark_available() {
+        assert!(
+            std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+            "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+        );
         println!("SKIP recorded_exchange_decodes_in_tshark: tshark not found on PATH");
         return;
     }

@@ -161,6 +161,10 @@ const EXT_FIELDS: [&str; 11] = [
 #[test]
 fn tshark_decodes_every_opcode_as_infiniband_bth() {
     if !tshark_available() {
+        assert!(
+            std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+            "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+        );
         println!("SKIP tshark_decodes_every_opcode_as_infiniband_bth: tshark not found on PATH");
         return;
     }
