@@ -57,13 +57,13 @@ fn packet(opcode: Opcode, i: u32) -> Packet {
     Packet {
         bth: Bth {
             opcode,
-            se: i % 2 == 0,
+            se: i.is_multiple_of(2),
             mig_req: false,
             pad_cnt: pad_cnt_for(payload.len()),
             tver: 0,
             pkey: 0xFFFF,
             fecn: false,
-            becn: i % 5 == 0,
+            becn: i.is_multiple_of(5),
             dest_qp: 0x12 + i,
             ack_req: i % 2 == 1,
             psn: 0x00AB_0000 + i,

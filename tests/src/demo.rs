@@ -8,9 +8,10 @@ use rnic_sim::pump::pump_pair;
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
+use verbs_core::manual::{modify_to_init, modify_to_rtr, modify_to_rts, RcParams, RcPeerInfo};
 use verbs_core::{
-    AccessFlags, AhAttr, CqHandle, Device, Gid, GlobalRoute, Mr, Mtu, Qp, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, SimTime, WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Gid, Mr, Mtu, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, SendWr, SimTime, WcStatus, WorkCompletion,
 };
 
 /// What the demo is asked to do.
@@ -178,91 +179,25 @@ fn state(s: &Side) -> Result<QpState, DemoError> {
 }
 
 /// Walks `s`'s QP RESET → INIT → RTR → RTS towards `peer`, as an `ibv_modify_qp` program does
-/// (masks of cm-spec §5.2).
+/// (masks of cm-spec §5.2), printing the state `query_qp` reports after each step.
 fn connect(
     s: &mut Side,
-    peer_gid: Gid,
-    peer_qpn: u32,
+    peer: &RcPeerInfo,
     opts: &DemoOptions,
     report: &mut DemoReport,
 ) -> Result<(), DemoError> {
+    let p = RcParams {
+        mtu: opts.mtu,
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ..RcParams::default()
+    };
+    let qp = s.qp.handle;
     let mut states = vec![state(s)?];
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ,
-        ..QpAttr::default()
-    };
-    s.dev
-        .modify_qp(
-            s.qp.handle,
-            &init,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )
-        .step("ibv_modify_qp(INIT)")?;
+    modify_to_init(&mut s.dev, qp, &p).step("ibv_modify_qp(INIT)")?;
     states.push(state(s)?);
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        path_mtu: opts.mtu,
-        dest_qp_num: peer_qpn,
-        rq_psn: 0x00AB_CDEF,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr {
-            grh: GlobalRoute {
-                dgid: peer_gid,
-                hop_limit: 64,
-                ..GlobalRoute::default()
-            },
-            is_global: true,
-            port_num: 1,
-            ..AhAttr::default()
-        },
-        ..QpAttr::default()
-    };
-    s.dev
-        .modify_qp(
-            s.qp.handle,
-            &rtr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )
-        .step("ibv_modify_qp(RTR)")?;
+    modify_to_rtr(&mut s.dev, qp, peer, DEMO_PSN, &p).step("ibv_modify_qp(RTR)")?;
     states.push(state(s)?);
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        // Both sides receive from PSN 0xABCDEF, so both send from it: 24-bit wrap is exercised
-        // by any exchange longer than 0x1_000000 - 0xABCDEF packets.
-        sq_psn: 0x00AB_CDEF,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    s.dev
-        .modify_qp(
-            s.qp.handle,
-            &rts,
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )
-        .step("ibv_modify_qp(RTS)")?;
+    modify_to_rts(&mut s.dev, qp, peer.psn, &p).step("ibv_modify_qp(RTS)")?;
     states.push(state(s)?);
     let path: Vec<String> = states
         .iter()
@@ -273,11 +208,15 @@ fn connect(
         s.dev.name(),
         s.qp.qp_num,
         path.join(" -> "),
-        peer_qpn,
+        peer.qpn,
         opts.mtu.bytes()
     ));
     Ok(())
 }
+
+/// Both sides receive from this PSN, so both send from it; a 10 KiB exchange at MTU 256
+/// crosses the 24-bit wrap.
+const DEMO_PSN: u32 = 0x00FF_FFF0;
 
 fn fmt_wc(wc: &WorkCompletion) -> String {
     if wc.status == WcStatus::Success {
@@ -405,9 +344,15 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     }
 
     r.line("\n[1] connect the RC QPs with ibv_modify_qp");
-    let (ga, gb, qa, qb) = (a.dev.gid(), b.dev.gid(), a.qp.qp_num, b.qp.qp_num);
-    connect(&mut a, gb, qb, opts, &mut r)?;
-    connect(&mut b, ga, qa, opts, &mut r)?;
+    let info = |s: &Side| RcPeerInfo {
+        gid: s.dev.gid(),
+        qpn: s.qp.qp_num,
+        psn: DEMO_PSN,
+    };
+    let (ia, ib) = (info(&a), info(&b));
+    let qb = ib.qpn;
+    connect(&mut a, &ib, opts, &mut r)?;
+    connect(&mut b, &ia, opts, &mut r)?;
     let both_rts = state(&a)? == QpState::Rts && state(&b)? == QpState::Rts;
     r.check("both QPs report RTS", both_rts);
 

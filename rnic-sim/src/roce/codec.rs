@@ -332,7 +332,7 @@ fn decode_with<'a>(
             len,
             need: BTH_BYTES + ICRC_BYTES,
         })?;
-    if len % 4 != 0 {
+    if !len.is_multiple_of(4) {
         return Err(CodecError::BadLength(len));
     }
     if check_icrc {
