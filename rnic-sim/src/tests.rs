@@ -562,6 +562,24 @@ fn post_in_err_is_accepted_and_flushed_immediately() {
 }
 
 #[test]
+fn posts_in_err_never_fill_the_queue_because_the_flush_is_synchronous() {
+    let mut a = node_with(1, caps(2), 256, false);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |_| {});
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    let ss: Vec<_> = (0..5).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    let rs: Vec<_> = (10..15).map(|i| recv(&a, i, 0, 8)).collect();
+    a.dev.post_recv(a.qp.handle, &rs).unwrap();
+    let flushed =
+        |ids: std::ops::Range<u64>| -> Vec<_> { ids.map(|i| (i, WcStatus::WrFlushErr)).collect() };
+    assert_eq!(statuses(&poll(&mut a.dev, a.scq)), flushed(0..5));
+    assert_eq!(statuses(&poll(&mut a.dev, a.rcq)), flushed(10..15));
+}
+
+#[test]
 fn err_to_reset_and_rts_to_reset_empty_queues_without_completions() {
     let (mut a, _b) = pair();
     a.dev.post_recv(a.qp.handle, &[recv(&a, 1, 0, 8)]).unwrap();
