@@ -270,7 +270,14 @@ impl SimQp {
     ///
     /// rxe flushes from its tasks shortly after the state change; doing it here, inside the
     /// call that caused the error, gives the same order and makes the moment deterministic.
+    ///
+    /// A coalesced ACK still pending is sent first, on every path into ERR (fatal NAK, CQ
+    /// overrun, requester error, `modify_qp`): rxe acknowledges each ACK-requesting packet
+    /// while handling it [rxe_resp.c `COMPLETE` → `ACKNOWLEDGE` → `send_ack`], so every
+    /// message the responder executed and completed is acknowledged even if the QP fails
+    /// right after.
     pub fn enter_err(&mut self, sh: &mut Shared) {
+        self.flush_pending_ack(sh);
         self.attr.qp_state = QpState::Err;
         while let Some(w) = self.sq.pop_front() {
             let wc = WorkCompletion::error(w.wr.wr_id, WcStatus::WrFlushErr, self.qpn);

@@ -592,6 +592,7 @@ impl SimQp {
                 self.send_ack(sh, AethKind::RnrNak(code), psn);
             }
             Err(RespErr::Fatal { nak, recv_status }) => {
+                // ACK what was executed before the NAK (enter_err would, but after the NAK).
                 self.flush_pending_ack(sh);
                 self.send_ack(sh, AethKind::Nak(nak), psn);
                 if self.resp.recv_in_use {
@@ -869,6 +870,12 @@ impl SimQp {
             self.resp.psn = psn_add(psn, 1);
             self.flush_pending_ack(sh);
             self.send_atomic_ack(sh, psn, orig);
+            return Ok(());
+        }
+        if self.overrun {
+            // Its completion was lost to a CQ overrun: the message is not acknowledged and
+            // the QP enters ERR when this packet's handling ends [rxe_resp.c
+            // `RESPST_ERR_CQ_OVERFLOW` → `RESPST_ERROR`, no ACK].
             return Ok(());
         }
         if ends {

@@ -562,6 +562,24 @@ fn post_in_err_is_accepted_and_flushed_immediately() {
 }
 
 #[test]
+fn posts_in_err_never_fill_the_queue_because_the_flush_is_synchronous() {
+    let mut a = node_with(1, caps(2), 256, false);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |_| {});
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    let ss: Vec<_> = (0..5).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    let rs: Vec<_> = (10..15).map(|i| recv(&a, i, 0, 8)).collect();
+    a.dev.post_recv(a.qp.handle, &rs).unwrap();
+    let flushed =
+        |ids: std::ops::Range<u64>| -> Vec<_> { ids.map(|i| (i, WcStatus::WrFlushErr)).collect() };
+    assert_eq!(statuses(&poll(&mut a.dev, a.scq)), flushed(0..5));
+    assert_eq!(statuses(&poll(&mut a.dev, a.rcq)), flushed(10..15));
+}
+
+#[test]
 fn err_to_reset_and_rts_to_reset_empty_queues_without_completions() {
     let (mut a, _b) = pair();
     a.dev.post_recv(a.qp.handle, &[recv(&a, 1, 0, 8)]).unwrap();
@@ -1140,6 +1158,72 @@ fn acks_are_coalesced() {
         "one ACK covers five messages"
     );
     assert_eq!(poll(&mut a.dev, a.scq).len(), 5);
+}
+
+/// b's receive CQ holds 2; a (timeout 1, retry_cnt 2) sends 3 messages in one burst.
+fn overrun_pair() -> (Node, Node) {
+    let mut a = node(1);
+    let mut b = node_with(2, caps(8), 2, false);
+    connect_with(&mut a, &mut b, |at| {
+        at.timeout = 1;
+        at.retry_cnt = 2;
+    });
+    let rs: Vec<_> = (0..5).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    (a, b)
+}
+
+#[test]
+fn entry_to_err_by_cq_overrun_acks_what_was_completed_first() {
+    let (mut a, mut b) = overrun_pair();
+    let ss: Vec<_> = (0..3).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(state(&b), QpState::Err, "the third receive overran");
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    assert_eq!(
+        b.dev.counters().acks_sent,
+        1,
+        "one ACK covers messages 0 and 1"
+    );
+    // The message whose completion was lost is not acknowledged.
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![
+            (0, WcStatus::Success),
+            (1, WcStatus::Success),
+            (2, WcStatus::RetryExcErr)
+        ]
+    );
+}
+
+#[test]
+fn entry_to_err_by_modify_qp_acks_what_was_completed_first() {
+    let (mut a, mut b) = overrun_pair();
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 0, 0, 8), send(&a, 1, 0, 8)])
+        .unwrap();
+    // Deliver a's requests without letting b transmit.
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    b.dev
+        .modify_qp(b.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(b.dev.counters().acks_sent, 1);
+    run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    assert_eq!(state(&a), QpState::Rts);
 }
 
 #[test]
