@@ -172,6 +172,10 @@ fn responder_process() {
         nic.post_recv(qp, &[RecvWr::new(7, vec![mr.sge(0, LEN)])])
             .unwrap();
     });
+    // Like rping's handshake: the requester starts only once this side can receive, so the
+    // outcome does not depend on how fast this process is scheduled.
+    out.write_all(b"READY\n").unwrap();
+    out.flush().unwrap();
     let wcs = wait_completions(&s, 1);
     assert_eq!(wcs.len(), 1);
     assert_eq!(
@@ -219,6 +223,13 @@ fn rc_exchange_between_two_processes() {
     stdin.write_all(info_line(&s).as_bytes()).unwrap();
     stdin.flush().unwrap();
     connect(&s, &remote);
+    loop {
+        let mut line = String::new();
+        assert!(child_out.read_line(&mut line).unwrap() > 0, "child exited early");
+        if line.contains("READY") {
+            break;
+        }
+    }
     let (qp, mr) = (s.qp.handle, s.mr);
     s.driver.handle().with(|nic, _| {
         nic.mr_write(mr.handle, 0, &pattern(LEN, 1)).unwrap();
