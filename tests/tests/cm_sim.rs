@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
+use cm_core::api::{
+    CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm, RdmaCmState,
+};
 use cm_core::engine::{CmConfig, IbCmId};
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::{Crash, FaultPlan, PathFaults, SimFabric, Simulation};
@@ -307,8 +309,9 @@ fn flushed(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 /// TimeWait with the default timers: ms(av.timeout) = 512 ms (docs/cm-semantics.md, Timers).
 const TIMEWAIT_NS: u64 = 512_000_000;
 
-/// The whole active/passive disconnect of rdma_disconnect(3), from the established connection.
-/// Returns the time each side's TimeWait started (client: DREP received, server: DREP sent).
+/// The whole active/passive disconnect of rdma_disconnect(3), from the established connection,
+/// with its checks: only the caller's QP goes to ERR and flushes (once, in post order), the
+/// peer gets DISCONNECTED(0), both get TIMEWAIT_EXIT once after TimeWait.
 fn orderly_disconnect(w: &mut World) {
     post_recvs(w, CLIENT, &[100, 101, 102]);
     post_recvs(w, SERVER, &[200, 201]);
@@ -372,7 +375,8 @@ fn handshake_establishes_both_qps_in_rts_and_carries_send_and_rdma_write() {
     // The connection stays up: no stray CM events.
     assert!(event(&mut w.sim, CLIENT, w.client.ch).is_none());
     assert!(event(&mut w.sim, SERVER, w.server.ch).is_none());
-    let _ = w.listen_id;
+    let listener = w.sim.endpoint(SERVER).unwrap().cm().state(w.listen_id);
+    assert_eq!(listener, Some(RdmaCmState::Listen));
 }
 
 #[test]
@@ -390,6 +394,13 @@ fn disconnect_from_crashed_server_ends_in_disconnected_etimedout_after_dreq_retr
         at: start,
         restart: None,
     });
+    let tx_before = w
+        .sim
+        .endpoint(CLIENT)
+        .unwrap()
+        .nic()
+        .counters()
+        .tx_datagrams;
     disconnect(&mut w, CLIENT);
     // 16 DREQs, 4608 ms apart: the give-up comes after 16 × 4608 ms = 73.728 s (§3.2).
     w.sim.run_until(start.plus_nanos(73_000_000_000));
@@ -397,14 +408,23 @@ fn disconnect_from_crashed_server_ends_in_disconnected_etimedout_after_dreq_retr
     w.sim.run_until(start.plus_nanos(75_000_000_000));
     let ev = expect_event(&mut w.sim, CLIENT, w.client.ch, CmEventType::Disconnected);
     assert_eq!((ev.id, ev.status), (w.client.id, -110));
-    let dreqs = w
+    // The client's QP is in ERR (no RC traffic): everything it sent was a DREQ.
+    let tx = w
         .sim
         .endpoint(CLIENT)
         .unwrap()
         .nic()
         .counters()
-        .tx_datagrams;
-    assert!(dreqs > 0);
+        .tx_datagrams
+        - tx_before;
+    assert_eq!(tx, 16, "DREQ transmissions");
+    // DREQ timeout → TimeWait (§3.3): TIMEWAIT_EXIT follows, no second DISCONNECTED.
+    w.sim.run_until_idle(SimTime::from_millis(200_000));
+    let later: Vec<CmEventType> = all_events(&mut w.sim, CLIENT, w.client.ch)
+        .iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(later, [CmEventType::TimewaitExit]);
 }
 
 fn tshark_available() -> bool {
@@ -429,7 +449,7 @@ fn pcap_of_the_whole_exchange_decodes_in_tshark_with_our_comm_ids_qpns_and_servi
     let mut w = connected(true);
     send_and_write(&mut w);
     orderly_disconnect(&mut w);
-    let client_comm = |w: &World, h: usize, id: CmIdHandle| {
+    let comm_id = |w: &World, h: usize, id: CmIdHandle| {
         w.sim
             .endpoint(h)
             .unwrap()
@@ -438,8 +458,8 @@ fn pcap_of_the_whole_exchange_decodes_in_tshark_with_our_comm_ids_qpns_and_servi
             .local_comm_id(IbCmId(id.0))
             .unwrap()
     };
-    let c_comm = client_comm(&w, CLIENT, w.client.id);
-    let s_comm = client_comm(&w, SERVER, w.server.id);
+    let c_comm = comm_id(&w, CLIENT, w.client.id);
+    let s_comm = comm_id(&w, SERVER, w.server.id);
     let captured = w.sim.endpoint_mut(CLIENT).unwrap().nic_mut().take_capture();
     let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cm_sim_exchange.pcap");
     let mut pw = PcapWriter::new(std::fs::File::create(&path).unwrap()).unwrap();
