@@ -13,7 +13,7 @@ use crate::rc::bare_packet;
 use crate::roce::{Deth, Opcode, Packet};
 use bytes::Bytes;
 use std::collections::VecDeque;
-use verbs_core::{Error, Gid, Result};
+use verbs_core::{Error, Gid, GsiEndpoint, Result};
 
 /// The GSI QP number.
 pub const GSI_QPN: u32 = 1;
@@ -70,6 +70,38 @@ impl SimDevice {
     /// The oldest datagram received on QP1, if any.
     pub fn gsi_recv(&mut self) -> Option<GsiDatagram> {
         self.gsi_mut().rx.pop_front()
+    }
+}
+
+/// Size of a MAD: every GSI datagram the CM sends is exactly this long (cm-spec §1.4).
+pub const MAD_SIZE: usize = 256;
+
+/// The CM's view of QP1: MADs to and from the GSI QP of the peer, so `cm_core::api::RdmaCm`
+/// drives the simulated RNIC unchanged. Delegates to the inherent [`SimDevice::gsi_send`]
+/// (destination QP [`GSI_QPN`]) and [`SimDevice::gsi_recv`] (cm-spec §1.1–1.3).
+impl GsiEndpoint for SimDevice {
+    /// Sends `mad` from QP1 to QP1 of the node `dst` as a UD SEND ONLY with Q_Key
+    /// [`GSI_QKEY`]. Unreliable, as UD is.
+    ///
+    /// # Errors
+    /// `EINVAL` when `mad` is not [`MAD_SIZE`] (256) bytes, or larger than the active MTU.
+    fn gsi_send(&mut self, dst: Gid, mad: &[u8]) -> Result<()> {
+        if mad.len() != MAD_SIZE {
+            return Err(Error::inval(format!(
+                "MAD is {} bytes, not {MAD_SIZE}",
+                mad.len()
+            )));
+        }
+        SimDevice::gsi_send(self, dst, GSI_QPN, Bytes::copy_from_slice(mad))
+    }
+
+    /// The oldest datagram received on QP1 as (sender GID, MAD bytes). The sender's QP is not
+    /// checked: the CM validates the MAD itself.
+    fn gsi_recv(&mut self) -> Option<verbs_core::GsiDatagram> {
+        SimDevice::gsi_recv(self).map(|d| verbs_core::GsiDatagram {
+            peer: d.src,
+            mad: d.payload.to_vec(),
+        })
     }
 }
 

@@ -1523,3 +1523,28 @@ fn gsi_endpoint_exchanges_datagrams_on_qp1() {
         Errno::EINVAL
     );
 }
+
+#[test]
+fn gsi_endpoint_trait_sends_256_byte_mads_to_qp1_and_refuses_other_sizes() {
+    let mut a = node(1);
+    let mut b = node(2);
+    let mad = pattern(crate::MAD_SIZE, 3);
+    GsiEndpoint::gsi_send(&mut a.dev, b.dev.gid(), &mad).unwrap();
+    let t = a.dev.poll_transmit(SimTime::ZERO).unwrap();
+    assert_eq!(t.packet.bth.dest_qp, crate::GSI_QPN);
+    b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    let d = GsiEndpoint::gsi_recv(&mut b.dev).unwrap();
+    assert_eq!(
+        d,
+        GsiDatagram {
+            peer: a.dev.gid(),
+            mad
+        }
+    );
+    assert!(GsiEndpoint::gsi_recv(&mut b.dev).is_none());
+    for len in [0, 255, 257] {
+        let e = GsiEndpoint::gsi_send(&mut a.dev, b.dev.gid(), &vec![0; len]).unwrap_err();
+        assert_eq!(e.errno, Errno::EINVAL, "{len} bytes");
+    }
+    assert!(a.dev.poll_transmit(SimTime::ZERO).is_none());
+}

@@ -1,0 +1,107 @@
+//! [`Host`]: one simulated machine — a [`SimNic`] plus the [`RdmaCm`] that drives it — as a
+//! fabric [`Endpoint`], so the connection manager and the RNIC run together on the
+//! deterministic [`Simulation`](rnic_sim::fabric::Simulation) (or any other fabric driver).
+//!
+//! Datagrams from the wire go to the NIC; after every input (datagram or timeout) the host
+//! hands the MADs that arrived on QP1 to the CM ([`RdmaCm::poll_gsi`]), and the CM's own timers
+//! run through [`RdmaCm::handle_timeout`] (cm-core's sans-IO contract, `docs/cm-semantics.md`).
+//! MADs the CM sends leave through the NIC's GSI QP (`impl GsiEndpoint for SimDevice`).
+//!
+//! Application calls (`connect`, `accept`, `disconnect`, verbs) are made between simulation
+//! runs on [`Host::split`] with the simulation's current time; what they queue is sent at the
+//! next run.
+
+use bytes::Bytes;
+use cm_core::api::RdmaCm;
+use cm_core::engine::CmConfig;
+use rnic_sim::fabric::Endpoint;
+use rnic_sim::nic::SimNic;
+use rnic_sim::SimDevice;
+use std::net::SocketAddr;
+use verbs_core::{Error, SimTime};
+
+/// A simulated host: a [`SimNic`] and the [`RdmaCm`] of its device. See the module docs.
+#[derive(Debug)]
+pub struct Host {
+    nic: SimNic,
+    cm: RdmaCm,
+}
+
+impl Host {
+    /// The host of `nic`, with a CM configured by `cfg` (give every host its own
+    /// `ca_guid` and `seed`). The CM's address is the device's GID index 0 of port 1.
+    ///
+    /// # Errors
+    /// What [`RdmaCm::new`] returns (the device's `query_gid` error).
+    pub fn new(nic: SimNic, cfg: CmConfig) -> Result<Self, Error> {
+        let cm = RdmaCm::new(nic.device(), cfg)?;
+        Ok(Host { nic, cm })
+    }
+
+    /// The NIC (verbs queries, counters, capture).
+    pub fn nic(&self) -> &SimNic {
+        &self.nic
+    }
+
+    /// The NIC, mutably (verbs calls, `start_capture`/`take_capture`).
+    pub fn nic_mut(&mut self) -> &mut SimNic {
+        &mut self.nic
+    }
+
+    /// The CM (state and counter queries).
+    pub fn cm(&self) -> &RdmaCm {
+        &self.cm
+    }
+
+    /// The CM and the device at once, for the rdma_cm calls that take the device:
+    /// `let (cm, dev) = host.split(); cm.connect(dev, now, id, &param)`.
+    pub fn split(&mut self) -> (&mut RdmaCm, &mut SimDevice) {
+        (&mut self.cm, self.nic.device_mut())
+    }
+
+    /// Hands every MAD waiting on QP1 to the CM.
+    fn poll_gsi(&mut self, now: SimTime) {
+        let (cm, dev) = self.split();
+        cm.poll_gsi(dev, now);
+    }
+}
+
+impl Endpoint for Host {
+    /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
+        self.poll_gsi(now);
+    }
+
+    /// The NIC's next datagram: its RC/UD packets and the CM's MADs, in the order queued.
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        Endpoint::poll_transmit(&mut self.nic, now)
+    }
+
+    /// The earlier of the NIC's (transport retransmission) and the CM's (MAD retry, TimeWait)
+    /// deadlines.
+    fn poll_timeout(&self) -> Option<SimTime> {
+        match (Endpoint::poll_timeout(&self.nic), self.cm.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs whichever of the NIC's and the CM's timers are due at `now`, then hands any MAD
+    /// that arrived meanwhile to the CM.
+    fn handle_timeout(&mut self, now: SimTime) {
+        if Endpoint::poll_timeout(&self.nic).is_some_and(|t| t <= now) {
+            Endpoint::handle_timeout(&mut self.nic, now);
+        }
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            let (cm, dev) = self.split();
+            cm.handle_timeout(dev, now);
+        }
+        self.poll_gsi(now);
+    }
+
+    /// The NIC's address (its GID's IP, UDP port 4791).
+    fn addr(&self) -> SocketAddr {
+        Endpoint::addr(&self.nic)
+    }
+}
