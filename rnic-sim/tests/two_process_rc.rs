@@ -225,7 +225,10 @@ fn rc_exchange_between_two_processes() {
     connect(&s, &remote);
     loop {
         let mut line = String::new();
-        assert!(child_out.read_line(&mut line).unwrap() > 0, "child exited early");
+        assert!(
+            child_out.read_line(&mut line).unwrap() > 0,
+            "child exited early"
+        );
         if line.contains("READY") {
             break;
         }
