@@ -141,19 +141,16 @@ fn pump(a: &mut SimNic, b: &mut SimNic) -> usize {
 }
 
 fn write_wr(a: &Side, b: &Side) -> SendWr {
-    SendWr::rdma_write(
-        1,
-        vec![a.mr.sge(0, WRITE_LEN as u32)],
-        b.mr.addr,
-        b.mr.rkey,
-    )
+    SendWr::rdma_write(1, vec![a.mr.sge(0, WRITE_LEN as u32)], b.mr.addr, b.mr.rkey)
 }
 
 /// Polls `cq` into `wcs` (cleared first) and checks every completion succeeded.
 fn drain(nic: &mut SimNic, cq: CqHandle, wcs: &mut Vec<WorkCompletion>) -> usize {
     wcs.clear();
     let n = nic.poll_cq(cq, DEPTH as usize, wcs).expect("poll_cq");
-    assert!(wcs.iter().all(|w| w.status == verbs_core::WcStatus::Success));
+    assert!(wcs
+        .iter()
+        .all(|w| w.status == verbs_core::WcStatus::Success));
     n
 }
 
