@@ -225,7 +225,8 @@ impl SimQp {
                     self.sq[idx].next_pkt = 1;
                 }
                 op => {
-                    let data = w.payload.clone().unwrap_or_default();
+                    let empty = Bytes::new();
+                    let data = w.payload.as_ref().unwrap_or(&empty);
                     let start = (k as usize).saturating_mul(mtu as usize).min(data.len());
                     let end = start.saturating_add(mtu as usize).min(data.len());
                     let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
@@ -694,13 +695,12 @@ impl SimQp {
         }
         let ends = !(first || middle);
         if is_send {
-            let sges = match self.rq.front() {
-                Some(r) => r.sg_list.clone(),
-                None => return Err(inv_req()),
+            let Some(r) = self.rq.front() else {
+                return Err(inv_req());
             };
             match sh
                 .mrs
-                .scatter(self.pd, &sges, self.resp.recv_offset, &pkt.payload)
+                .scatter(self.pd, &r.sg_list, self.resp.recv_offset, &pkt.payload)
             {
                 Ok(()) => {}
                 // Receive buffer too small: the receiver sees LOC_LEN_ERR, the requester a

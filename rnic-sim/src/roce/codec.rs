@@ -13,7 +13,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::icrc::{icrc, Flow};
+use super::icrc::{icrc, icrc_for_ip_udp, Flow};
 use super::{
     Aeth, AethKind, AtomicAckEth, AtomicEth, Bth, Deth, NakCode, Opcode, Packet, Reth, AETH_BYTES,
     ATOMIC_ACK_ETH_BYTES, ATOMIC_ETH_BYTES, BTH_BYTES, DETH_BYTES, ICRC_BYTES, IMMDT_BYTES,
@@ -184,10 +184,11 @@ pub fn encode_into(packet: &Packet, flow: &Flow, out: &mut BytesMut) -> Result<(
         check_bits("DETH SrcQP", d.src_qp.into(), 24)?;
     }
     let total = encoded_len(packet);
-    // Validates the length against the IP/UDP fields before anything is written.
-    if flow.ip_udp_header(total).is_none() {
+    // Validates the length against the IP/UDP fields before anything is written; the same
+    // header is the ICRC's pseudo header (built once per packet).
+    let Some(header) = flow.ip_udp_header(total) else {
         return Err(CodecError::TooLong(total));
-    }
+    };
     let pad = pad_cnt_for(packet.payload.len());
     let start = out.len();
     out.reserve(total);
@@ -230,7 +231,7 @@ pub fn encode_into(packet: &Packet, flow: &Flow, out: &mut BytesMut) -> Result<(
     out.put_bytes(0, usize::from(pad));
 
     let transport = out.get(start..).unwrap_or(&[]);
-    match icrc(flow, transport) {
+    match icrc_for_ip_udp(header.as_bytes(), transport) {
         Some(crc) => {
             out.put_u32_le(crc);
             Ok(())
