@@ -2,9 +2,113 @@
 //! out of band (the way `ibv_rc_pingpong` does, without a CM). The attribute masks are the
 //! required ones of cm-spec §5.2.
 
-use crate::device::{Device, QpHandle};
+use crate::device::{CompChannel, CqHandle, Device, Mr, PdHandle, Qp, QpHandle, QpInitAttr};
 use crate::error::Result;
-use crate::types::{AccessFlags, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpState};
+use crate::types::{
+    AccessFlags, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+};
+
+/// What [`RcEndpoint::create`] allocates: sizes and options of the usual "one PD, one MR, CQs,
+/// one RC QP" set-up of a verbs program.
+#[derive(Debug, Clone)]
+pub struct RcEndpointSpec {
+    /// Bytes of the one memory region.
+    pub mr_len: usize,
+    /// Access flags of the memory region.
+    pub mr_access: AccessFlags,
+    /// Completions each CQ holds (`cqe` of `ibv_create_cq`).
+    pub cqe: u32,
+    /// One CQ for both queues (true) or a send CQ and a receive CQ (false).
+    pub shared_cq: bool,
+    /// Completion channel the CQs report to, if any.
+    pub channel: Option<CompChannel>,
+    /// Queue sizes of the QP.
+    pub cap: QpCap,
+    /// Every send WR completes, whatever its SIGNALED flag.
+    pub sq_sig_all: bool,
+}
+
+impl Default for RcEndpointSpec {
+    /// A 64 KiB MR with local write and remote write/read/atomic access, two 256-entry CQs, and a
+    /// QP of 16 WRs and 4 SGEs per queue with 64 bytes of inline data.
+    fn default() -> Self {
+        RcEndpointSpec {
+            mr_len: 64 * 1024,
+            mr_access: RcParams::default().access,
+            cqe: 256,
+            shared_cq: false,
+            channel: None,
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// The objects of one RC endpoint, created by [`RcEndpoint::create`]; the QP is in RESET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcEndpoint {
+    /// The protection domain.
+    pub pd: PdHandle,
+    /// The memory region.
+    pub mr: Mr,
+    /// CQ of the send queue.
+    pub send_cq: CqHandle,
+    /// CQ of the receive queue (equal to `send_cq` when shared).
+    pub recv_cq: CqHandle,
+    /// The RC QP.
+    pub qp: Qp,
+}
+
+impl RcEndpoint {
+    /// `ibv_alloc_pd`, `ibv_reg_mr`, `ibv_create_cq` (once or twice) and `ibv_create_qp` with
+    /// `spec`.
+    ///
+    /// # Errors
+    /// The first failing call's error (e.g. `EINVAL` for a zero-length MR or caps above the
+    /// device limits); objects created before it are left allocated.
+    pub fn create<D: Device + ?Sized>(dev: &mut D, spec: &RcEndpointSpec) -> Result<Self> {
+        let pd = dev.alloc_pd()?;
+        let mr = dev.reg_mr(pd, spec.mr_len, spec.mr_access)?;
+        let send_cq = dev.create_cq(spec.cqe, spec.channel.as_ref())?;
+        let recv_cq = if spec.shared_cq {
+            send_cq
+        } else {
+            dev.create_cq(spec.cqe, spec.channel.as_ref())?
+        };
+        let qp = dev.create_qp(
+            pd,
+            &QpInitAttr {
+                send_cq,
+                recv_cq,
+                cap: spec.cap,
+                qp_type: QpType::Rc,
+                sq_sig_all: spec.sq_sig_all,
+            },
+        )?;
+        Ok(RcEndpoint {
+            pd,
+            mr,
+            send_cq,
+            recv_cq,
+            qp,
+        })
+    }
+
+    /// What this endpoint tells its peer: `gid`, its QP number and the receive PSN `psn`.
+    pub fn info(&self, gid: Gid, psn: u32) -> RcPeerInfo {
+        RcPeerInfo {
+            gid,
+            qpn: self.qp.qp_num,
+            psn,
+        }
+    }
+}
 
 /// The transport attributes of a hand-made RC connection. Defaults: MTU 1024, `timeout` 14
 /// (4.096 µs × 2^14 ≈ 67 ms), `retry_cnt` 7, `rnr_retry` 7 (infinite), `min_rnr_timer` 12
