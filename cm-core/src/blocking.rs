@@ -5,7 +5,7 @@
 use crate::api::{CmDevice, CmEvent, EventChannel, RdmaCm};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use verbs_core::{Errno, Error};
 
 struct Inner<D> {
@@ -58,20 +58,16 @@ impl<D: CmDevice> SharedCm<D> {
     /// # Errors
     /// `EAGAIN` when nothing arrives within `timeout`; `EINVAL` for an unknown channel.
     pub fn wait_event(&self, channel: EventChannel, timeout: Duration) -> Result<CmEvent, Error> {
-        // A real-time wait: the wall clock is this driver's business, not the sans-IO core's.
-        #[allow(clippy::disallowed_methods)]
-        let deadline = Instant::now() + timeout;
         let mut g = self.inner.state.lock();
-        loop {
-            match g.0.get_cm_event(channel) {
-                Err(e) if e.errno == Errno::EAGAIN => {
-                    if self.inner.cond.wait_until(&mut g, deadline).timed_out() {
-                        return g.0.get_cm_event(channel);
-                    }
-                }
-                other => return other,
-            }
+        match g.0.get_cm_event(channel) {
+            Err(e) if e.errno == Errno::EAGAIN => {}
+            other => return other,
         }
+        // parking_lot keeps the deadline; spurious wake-ups re-check the condition.
+        self.inner
+            .cond
+            .wait_while_for(&mut g, |st| st.0.pending_events(channel) == 0, timeout);
+        g.0.get_cm_event(channel)
     }
 
     /// Waits (async) for the next event on `channel`.

@@ -237,9 +237,14 @@ impl MrTable {
             skip = 0;
         }
         for (h, off, range) in plan {
-            let e = self.entries.get_mut(&h).ok_or(ScatterError::Protection)?;
             let n = range.len();
-            e.data[off..off + n].copy_from_slice(&data[range]);
+            let dst = self
+                .entries
+                .get_mut(&h)
+                .and_then(|e| e.data.get_mut(off..off + n))
+                .ok_or(ScatterError::Protection)?;
+            let src = data.get(range).ok_or(ScatterError::Protection)?;
+            dst.copy_from_slice(src);
         }
         Ok(())
     }

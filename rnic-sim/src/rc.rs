@@ -68,6 +68,15 @@ fn inv_req() -> RespErr {
     }
 }
 
+/// An RDMA WRITE outside the target MR or its access: remote access NAK; a receive it would
+/// have consumed (WRITE with immediate) completes with LOC_ACCESS_ERR.
+fn write_access_err() -> RespErr {
+    RespErr::Fatal {
+        nak: NakCode::RemoteAccessError,
+        recv_status: WcStatus::LocAccessErr,
+    }
+}
+
 /// Number of packets (PSNs) a message of `len` bytes needs at `mtu` (at least 1).
 fn npkts(len: u64, mtu: u32) -> u32 {
     u32::try_from(len.div_ceil(u64::from(mtu)).max(1)).unwrap_or(u32::MAX)
@@ -746,10 +755,7 @@ impl SimQp {
                             u64::from(reth.dma_len),
                             AccessFlags::REMOTE_WRITE,
                         )
-                        .ok_or(RespErr::Fatal {
-                            nak: NakCode::RemoteAccessError,
-                            recv_status: WcStatus::LocAccessErr,
-                        })?;
+                        .ok_or_else(write_access_err)?;
                     WriteCtx {
                         mr,
                         off,
@@ -771,18 +777,11 @@ impl SimQp {
                 return Err(inv_req());
             }
             if plen > 0 {
-                let Some(e) = sh.mrs.get_mut(ctx.mr) else {
-                    return Err(RespErr::Fatal {
-                        nak: NakCode::RemoteAccessError,
-                        recv_status: WcStatus::LocAccessErr,
-                    });
-                };
-                let Some(dst) = e.data.get_mut(ctx.off..ctx.off + plen) else {
-                    return Err(RespErr::Fatal {
-                        nak: NakCode::RemoteAccessError,
-                        recv_status: WcStatus::LocAccessErr,
-                    });
-                };
+                let dst = sh
+                    .mrs
+                    .get_mut(ctx.mr)
+                    .and_then(|e| e.data.get_mut(ctx.off..ctx.off + plen))
+                    .ok_or_else(write_access_err)?;
                 dst.copy_from_slice(&pkt.payload);
             }
             ctx.off += plen;
@@ -944,7 +943,10 @@ impl SimQp {
                 .check_remote(self.pd, rkey, va, u64::from(len), AccessFlags::REMOTE_READ)
             {
                 Some((h, off)) => match sh.mrs.get(h) {
-                    Some(e) => e.data[off..off + len as usize].to_vec(),
+                    Some(e) => match e.data.get(off..off + len as usize) {
+                        Some(bytes) => bytes.to_vec(),
+                        None => return,
+                    },
                     None => return,
                 },
                 None => {

@@ -102,13 +102,15 @@ impl<E> Shared<E> {
         SimTime::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 
-    /// The wall-clock instant of `t`.
+    /// The wall-clock instant of `t`, at most a day ahead (a day from now is as good as never,
+    /// and keeps `SimTime::MAX` representable as an `Instant`).
     fn instant(&self, t: SimTime) -> tokio::time::Instant {
+        const DAY_NS: u64 = 86_400 * 1_000_000_000;
+        let t = t.min(self.now().plus_nanos(DAY_NS));
         let at = self
             .epoch
             .checked_add(Duration::from_nanos(t.as_nanos()))
-            // Beyond the representable future: a day from now is as good as never.
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+            .unwrap_or(self.epoch);
         tokio::time::Instant::from_std(at)
     }
 
