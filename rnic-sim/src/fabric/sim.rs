@@ -54,6 +54,8 @@ struct InFlight {
     src: SocketAddr,
     dst: SocketAddr,
     bytes: Bytes,
+    /// `fnv1a64(bytes)`, computed once when the copy is put in flight.
+    digest: u64,
 }
 
 /// The deterministic in-memory network.
@@ -145,9 +147,10 @@ impl SimFabric {
     pub fn send(&mut self, now: SimTime, src: SocketAddr, dst: SocketAddr, bytes: Bytes) -> u64 {
         let packet = self.alloc_packet();
         self.stats.sent += 1;
+        let digest = fnv1a64(&bytes);
         let kind = FabricEventKind::Sent {
             len: bytes.len(),
-            digest: fnv1a64(&bytes),
+            digest,
         };
         self.record(now, packet, src, dst, kind);
 
@@ -181,12 +184,12 @@ impl SimFabric {
         let first = draw_copy();
         let second = duplicate.then(draw_copy);
 
-        self.enqueue(now, packet, src, dst, &bytes, first);
+        self.enqueue(now, packet, src, dst, (&bytes, digest), first);
         if let Some(second) = second {
             let copy = self.alloc_packet();
             self.stats.duplicated += 1;
             self.record(now, packet, src, dst, FabricEventKind::Duplicated { copy });
-            self.enqueue(now, copy, src, dst, &bytes, second);
+            self.enqueue(now, copy, src, dst, (&bytes, digest), second);
         }
         packet
     }
@@ -221,9 +224,7 @@ impl SimFabric {
                 Some(r) => self.drop_packet(at, packet, f.src, f.dst, r),
                 None => {
                     self.stats.delivered += 1;
-                    let kind = FabricEventKind::Delivered {
-                        digest: fnv1a64(&f.bytes),
-                    };
+                    let kind = FabricEventKind::Delivered { digest: f.digest };
                     self.record(at, packet, f.src, f.dst, kind);
                     return Some(Delivery {
                         at,
@@ -270,29 +271,31 @@ impl SimFabric {
         self.hash.finish()
     }
 
-    /// Puts one copy in flight: `bit` flipped if given, arriving `delay_ns` after `now`.
+    /// Puts one copy of `bytes` (whose digest is `digest`) in flight: `bit` flipped if given,
+    /// arriving `delay_ns` after `now`.
     fn enqueue(
         &mut self,
         now: SimTime,
         id: u64,
         src: SocketAddr,
         dst: SocketAddr,
-        bytes: &Bytes,
+        (bytes, digest): (&Bytes, u64),
         (bit, delay_ns): (Option<u64>, u64),
     ) {
-        let mut payload = bytes.clone();
+        let mut inflight = InFlight {
+            src,
+            dst,
+            bytes: bytes.clone(),
+            digest,
+        };
         if let Some(bit) = bit {
-            let mut buf = BytesMut::from(&payload[..]);
+            let mut buf = BytesMut::from(&bytes[..]);
             buf[(bit / 8) as usize] ^= 1 << (bit % 8);
-            payload = buf.freeze();
+            inflight.bytes = buf.freeze();
+            inflight.digest = fnv1a64(&inflight.bytes);
             self.stats.corrupted += 1;
             self.record(now, id, src, dst, FabricEventKind::Corrupted { bit });
         }
-        let inflight = InFlight {
-            src,
-            dst,
-            bytes: payload,
-        };
         self.queue.insert((now.plus_nanos(delay_ns), id), inflight);
     }
 
