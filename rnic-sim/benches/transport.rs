@@ -29,10 +29,10 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rnic_sim::fabric::{Endpoint, FaultPlan, PathFaults, RunOutcome, SimFabric, Simulation};
 use rnic_sim::nic::SimNic;
 use rnic_sim::{SimDevice, SimDeviceConfig};
-use verbs_core::manual::{connect_rc, RcParams, RcPeerInfo};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Gid, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendFlags,
-    SendWr, SimTime, WorkCompletion,
+    AccessFlags, CqHandle, Device, Gid, Mr, Mtu, Qp, RecvWr, SendFlags, SendWr, SimTime,
+    WorkCompletion,
 };
 
 /// The WRITE message size, bytes.
@@ -61,29 +61,21 @@ fn side(last: u8, check_icrc: bool) -> Side {
     cfg.active_mtu = Mtu::Mtu4096;
     let mut nic = SimNic::at_gid(SimDevice::new(cfg));
     nic.set_check_icrc(check_icrc);
-    let pd = nic.alloc_pd().expect("pd");
-    let scq = nic.create_cq(DEPTH, None).expect("cq");
-    let rcq = nic.create_cq(DEPTH, None).expect("cq");
-    let qp = nic
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: scq,
-                recv_cq: rcq,
-                cap: QpCap {
-                    max_send_wr: DEPTH,
-                    max_recv_wr: DEPTH,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: false,
-            },
-        )
-        .expect("qp");
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = nic.reg_mr(pd, WRITE_LEN, access).expect("mr");
+    let spec = RcEndpointSpec {
+        mr_len: WRITE_LEN,
+        mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        cqe: DEPTH,
+        sq_sig_all: false,
+        ..RcEndpointSpec::default()
+    }
+    .queues(DEPTH, 1, 0);
+    let RcEndpoint {
+        qp,
+        send_cq: scq,
+        recv_cq: rcq,
+        mr,
+        ..
+    } = RcEndpoint::create(nic.device_mut(), &spec).expect("endpoint");
     let fill: Vec<u8> = (0..WRITE_LEN).map(|i| (i * 7 + 3) as u8).collect();
     nic.mr_write(mr.handle, 0, &fill).expect("fill");
     Side {

@@ -1,6 +1,8 @@
 //! Test fixtures: two devices with one RC QP each, connected through the lossless pump.
 
 use crate::{pump::pump_pair, SimDevice, SimDeviceConfig};
+use verbs_core::manual::{modify_to_init, RcEndpoint, RcEndpointSpec, RcParams};
+pub(crate) use verbs_core::manual::{RTR_MASK, RTS_MASK};
 use verbs_core::*;
 
 pub(crate) const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
@@ -22,40 +24,27 @@ pub(crate) fn gid(last: u8) -> Gid {
 }
 
 pub(crate) fn caps(wr: u32) -> QpCap {
-    QpCap {
-        max_send_wr: wr,
-        max_recv_wr: wr,
-        max_send_sge: 4,
-        max_recv_sge: 4,
-        max_inline_data: 64,
-    }
+    RcEndpointSpec::default().queues(wr, 4, 64).cap
 }
 
 pub(crate) fn node_with(last: u8, cap: QpCap, cqe: u32, sq_sig_all: bool) -> Node {
     let mut dev = SimDevice::new(SimDeviceConfig::new(format!("sim{last}"), gid(last)));
-    let pd = dev.alloc_pd().unwrap();
-    let scq = dev.create_cq(cqe, None).unwrap();
-    let rcq = dev.create_cq(cqe, None).unwrap();
-    let qp = dev
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: scq,
-                recv_cq: rcq,
-                cap,
-                qp_type: QpType::Rc,
-                sq_sig_all,
-            },
-        )
-        .unwrap();
-    let mr = dev.reg_mr(pd, 64 * 1024, ALL_ACCESS).unwrap();
+    let spec = RcEndpointSpec {
+        mr_len: 64 * 1024,
+        mr_access: ALL_ACCESS,
+        cqe,
+        cap,
+        sq_sig_all,
+        ..RcEndpointSpec::default()
+    };
+    let ep = RcEndpoint::create(&mut dev, &spec).unwrap();
     Node {
         dev,
-        pd,
-        scq,
-        rcq,
-        qp,
-        mr,
+        pd: ep.pd,
+        scq: ep.send_cq,
+        rcq: ep.recv_cq,
+        qp: ep.qp,
+        mr: ep.mr,
     }
 }
 
@@ -64,21 +53,11 @@ pub(crate) fn node(last: u8) -> Node {
 }
 
 pub(crate) fn to_init(n: &mut Node) {
-    let attr = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: ALL_ACCESS,
-        ..QpAttr::default()
+    let p = RcParams {
+        access: ALL_ACCESS,
+        ..RcParams::default()
     };
-    n.dev
-        .modify_qp(
-            n.qp.handle,
-            &attr,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )
-        .unwrap();
+    modify_to_init(&mut n.dev, n.qp.handle, &p).unwrap();
 }
 
 /// Attributes for INIT→RTR→RTS towards `peer` (QPN), PSNs `psn`, MTU 256.
@@ -106,21 +85,6 @@ pub(crate) fn conn_attr(peer_gid: Gid, peer_qpn: u32, psn: u32) -> QpAttr {
         ..QpAttr::default()
     }
 }
-
-pub(crate) const RTR_MASK: QpAttrMask = QpAttrMask::STATE
-    .union(QpAttrMask::AV)
-    .union(QpAttrMask::PATH_MTU)
-    .union(QpAttrMask::DEST_QPN)
-    .union(QpAttrMask::RQ_PSN)
-    .union(QpAttrMask::MAX_DEST_RD_ATOMIC)
-    .union(QpAttrMask::MIN_RNR_TIMER);
-
-pub(crate) const RTS_MASK: QpAttrMask = QpAttrMask::STATE
-    .union(QpAttrMask::SQ_PSN)
-    .union(QpAttrMask::TIMEOUT)
-    .union(QpAttrMask::RETRY_CNT)
-    .union(QpAttrMask::RNR_RETRY)
-    .union(QpAttrMask::MAX_QP_RD_ATOMIC);
 
 pub(crate) fn to_rtr(n: &mut Node, a: &QpAttr) {
     let attr = QpAttr {

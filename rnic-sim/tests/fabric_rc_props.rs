@@ -20,10 +20,9 @@ use rnic_sim::fabric::{
 use rnic_sim::nic::SimNic;
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::net::Ipv4Addr;
-use verbs_core::manual::{connect_rc, RcParams, RcPeerInfo};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::{
-    CqHandle, Device, Gid, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, SimTime, WcOpcode,
-    WcStatus, WorkCompletion,
+    CqHandle, Device, Gid, Mr, Qp, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Largest message, bytes (4 packets at the 1024-byte MTU of `RcParams::default`).
@@ -47,29 +46,21 @@ struct Side {
 }
 
 fn side(nic: &mut SimNic) -> Side {
-    let pd = nic.alloc_pd().unwrap();
-    let mr = nic.reg_mr(pd, MR_LEN, RcParams::default().access).unwrap();
-    let scq = nic.create_cq(256, None).unwrap();
-    let rcq = nic.create_cq(256, None).unwrap();
-    let qp = nic
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: scq,
-                recv_cq: rcq,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: true,
-            },
-        )
-        .unwrap();
-    Side { mr, scq, rcq, qp }
+    let spec = RcEndpointSpec {
+        mr_len: MR_LEN,
+        mr_access: RcParams::default().access,
+        cqe: 256,
+        sq_sig_all: true,
+        ..RcEndpointSpec::default()
+    }
+    .queues(64, 1, 0);
+    let ep = RcEndpoint::create(nic.device_mut(), &spec).unwrap();
+    Side {
+        mr: ep.mr,
+        scq: ep.send_cq,
+        rcq: ep.recv_cq,
+        qp: ep.qp,
+    }
 }
 
 fn gid(last: u8) -> Gid {

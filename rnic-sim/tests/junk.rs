@@ -9,6 +9,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use rnic_sim::roce::*;
 use rnic_sim::{pump::pump_pair, SimDevice, SimDeviceConfig};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::*;
 
 fn gid(i: u8) -> Gid {
@@ -28,76 +29,35 @@ fn pair() -> Pair {
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
     let mut devs = [1u8, 2].map(|i| SimDevice::new(SimDeviceConfig::new("j", gid(i))));
-    let mut qps = Vec::new();
-    for d in devs.iter_mut() {
-        let pd = d.alloc_pd().unwrap();
-        let cq = d.create_cq(4096, None).unwrap();
-        d.reg_mr(pd, 1 << 16, access).unwrap();
-        let cap = QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let init = QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            cap,
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        };
-        qps.push(d.create_qp(pd, &init).unwrap());
+    let spec = RcEndpointSpec {
+        mr_len: 1 << 16,
+        mr_access: access,
+        cqe: 4096,
+        shared_cq: true,
+        sq_sig_all: true,
+        ..RcEndpointSpec::default()
     }
-    for i in 0..2 {
-        let attr = QpAttr {
-            qp_access_flags: access,
-            path_mtu: Mtu::Mtu256,
-            dest_qp_num: qps[1 - i].qp_num,
-            max_dest_rd_atomic: 4,
-            max_rd_atomic: 4,
-            timeout: 10,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            ah_attr: AhAttr {
-                grh: GlobalRoute {
-                    dgid: gid(2 - i as u8),
-                    ..GlobalRoute::default()
-                },
-                is_global: true,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        };
-        use QpAttrMask as M;
-        let d = &mut devs[i];
-        let h = qps[i].handle;
-        let m_init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-        let m_rtr = M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER;
-        let m_rts =
-            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        for (st, m) in [
-            (QpState::Init, m_init),
-            (QpState::Rtr, m_rtr),
-            (QpState::Rts, m_rts),
-        ] {
-            d.modify_qp(
-                h,
-                &QpAttr {
-                    qp_state: st,
-                    ..attr
-                },
-                m,
-            )
-            .unwrap();
-        }
+    .queues(64, 1, 0);
+    let qps = devs
+        .each_mut()
+        .map(|d| RcEndpoint::create(d, &spec).unwrap().qp);
+    let p = RcParams {
+        mtu: Mtu::Mtu256,
+        timeout: 10,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 0,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        access,
+    };
+    let info = |i: usize| RcPeerInfo {
+        gid: gid(i as u8 + 1),
+        qpn: qps[i].qp_num,
+        psn: 0,
+    };
+    for (i, d) in devs.iter_mut().enumerate() {
+        connect_rc(d, qps[i].handle, &info(i), &info(1 - i), &p).unwrap();
     }
     let [a, b] = devs;
     Pair {

@@ -8,6 +8,7 @@
 
 use proptest::prelude::*;
 use rnic_sim::{SimDevice, SimDeviceConfig, Transmit};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::*;
 
 /// splitmix64 (Steele, Lea, Flood 2014): a tiny seeded PRNG with a pinned algorithm.
@@ -54,90 +55,43 @@ fn gid(i: u8) -> Gid {
 
 fn host(i: u8) -> Host {
     let mut dev = SimDevice::new(SimDeviceConfig::new(format!("sim{i}"), gid(i)));
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(1024, None).unwrap();
-    let qp = dev
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
-                cap: QpCap {
-                    max_send_wr: 128,
-                    max_recv_wr: 128,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: true,
-            },
-        )
-        .unwrap();
-    let mr = dev.reg_mr(pd, 1 << 20, ACCESS).unwrap();
-    Host { dev, qp, cq, mr }
+    let spec = RcEndpointSpec {
+        mr_len: 1 << 20,
+        mr_access: ACCESS,
+        cqe: 1024,
+        shared_cq: true,
+        sq_sig_all: true,
+        ..RcEndpointSpec::default()
+    }
+    .queues(128, 1, 0);
+    let ep = RcEndpoint::create(&mut dev, &spec).unwrap();
+    Host {
+        dev,
+        qp: ep.qp,
+        cq: ep.send_cq,
+        mr: ep.mr,
+    }
 }
 
 fn connect(a: &mut Host, b: &mut Host, retry_cnt: u8, rnr_retry: u8, psn: u32) {
-    let (ag, bg) = (a.dev.gid(), b.dev.gid());
-    let (aq, bq) = (a.qp.qp_num, b.qp.qp_num);
-    for (h, peer, pq) in [(&mut *a, bg, bq), (&mut *b, ag, aq)] {
-        let attr = QpAttr {
-            qp_access_flags: ACCESS,
-            path_mtu: Mtu::Mtu256,
-            dest_qp_num: pq,
-            rq_psn: psn,
-            sq_psn: psn,
-            max_dest_rd_atomic: 4,
-            max_rd_atomic: 4,
-            min_rnr_timer: 3,
-            timeout: 8,
-            retry_cnt,
-            rnr_retry,
-            ah_attr: AhAttr {
-                grh: GlobalRoute {
-                    dgid: peer,
-                    ..GlobalRoute::default()
-                },
-                is_global: true,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
-        };
-        use QpAttrMask as M;
-        for (st, mask) in [
-            (
-                QpState::Init,
-                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            ),
-            (
-                QpState::Rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            ),
-            (
-                QpState::Rts,
-                M::STATE
-                    | M::SQ_PSN
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::MAX_QP_RD_ATOMIC,
-            ),
-        ] {
-            let at = QpAttr {
-                qp_state: st,
-                ..attr
-            };
-            h.dev.modify_qp(h.qp.handle, &at, mask).unwrap();
-        }
-    }
+    let p = RcParams {
+        mtu: Mtu::Mtu256,
+        timeout: 8,
+        retry_cnt,
+        rnr_retry,
+        min_rnr_timer: 3,
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        access: ACCESS,
+    };
+    let info = |h: &Host| RcPeerInfo {
+        gid: h.dev.gid(),
+        qpn: h.qp.qp_num,
+        psn,
+    };
+    let (ia, ib) = (info(a), info(b));
+    connect_rc(&mut a.dev, a.qp.handle, &ia, &ib, &p).unwrap();
+    connect_rc(&mut b.dev, b.qp.handle, &ib, &ia, &p).unwrap();
 }
 
 /// Runs both devices over the faulty wire until nothing is in flight and no timer is armed

@@ -16,6 +16,7 @@
 use proptest::prelude::*;
 use rnic_sim::{pump::pump_pair, SimDevice, SimDeviceConfig};
 use std::collections::{BTreeSet, VecDeque};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::*;
 
 const CAP: u32 = 6;
@@ -96,27 +97,21 @@ fn gid(i: usize) -> Gid {
 
 fn side(i: usize) -> Side {
     let mut dev = SimDevice::new(SimDeviceConfig::new(format!("sim{i}"), gid(i)));
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(4096, None).unwrap();
-    let qp = dev
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
-                cap: QpCap {
-                    max_send_wr: CAP,
-                    max_recv_wr: CAP,
-                    max_send_sge: 2,
-                    max_recv_sge: 2,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: false,
-            },
-        )
-        .unwrap();
-    let mr = dev.reg_mr(pd, 8192, ACCESS).unwrap();
+    let spec = RcEndpointSpec {
+        mr_len: 8192,
+        mr_access: ACCESS,
+        cqe: 4096,
+        shared_cq: true,
+        sq_sig_all: false,
+        ..RcEndpointSpec::default()
+    }
+    .queues(CAP, 2, 0);
+    let RcEndpoint {
+        qp,
+        send_cq: cq,
+        mr,
+        ..
+    } = RcEndpoint::create(&mut dev, &spec).unwrap();
     Side {
         dev,
         qp,
@@ -144,8 +139,22 @@ fn modify(s: &mut Side, st: QpState) {
 }
 
 fn connect(sides: &mut [Side; 2], psn: u32) {
+    let p = RcParams {
+        mtu: Mtu::Mtu256,
+        timeout: 10,
+        retry_cnt: 2,
+        rnr_retry: 2,
+        min_rnr_timer: 1,
+        max_rd_atomic: 2,
+        max_dest_rd_atomic: 2,
+        access: ACCESS,
+    };
     for i in 0..2 {
-        let peer_qpn = sides[1 - i].qp.qp_num;
+        let peer = RcPeerInfo {
+            gid: gid(1 - i),
+            qpn: sides[1 - i].qp.qp_num,
+            psn,
+        };
         let s = &mut sides[i];
         // Whatever is still on the wire towards the old incarnation is lost.
         while s.dev.poll_transmit(SimTime::ZERO).is_some() {}
@@ -153,71 +162,12 @@ fn connect(sides: &mut [Side; 2], psn: u32) {
             modify(s, QpState::Reset);
             reset_model(s);
         }
-        let attr = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: ACCESS,
-            path_mtu: Mtu::Mtu256,
-            dest_qp_num: peer_qpn,
-            rq_psn: psn,
-            sq_psn: psn,
-            max_dest_rd_atomic: 2,
-            max_rd_atomic: 2,
-            min_rnr_timer: 1,
-            timeout: 10,
-            retry_cnt: 2,
-            rnr_retry: 2,
-            ah_attr: AhAttr {
-                grh: GlobalRoute {
-                    dgid: gid(1 - i),
-                    ..GlobalRoute::default()
-                },
-                is_global: true,
-                port_num: 1,
-                ..AhAttr::default()
-            },
-            ..QpAttr::default()
+        let local = RcPeerInfo {
+            gid: gid(i),
+            qpn: s.qp.qp_num,
+            psn,
         };
-        use QpAttrMask as M;
-        s.dev
-            .modify_qp(
-                s.qp.handle,
-                &attr,
-                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            )
-            .unwrap();
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ..attr
-        };
-        s.dev
-            .modify_qp(
-                s.qp.handle,
-                &rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            )
-            .unwrap();
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            ..attr
-        };
-        s.dev
-            .modify_qp(
-                s.qp.handle,
-                &rts,
-                M::STATE
-                    | M::SQ_PSN
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::MAX_QP_RD_ATOMIC,
-            )
-            .unwrap();
+        connect_rc(&mut s.dev, s.qp.handle, &local, &peer, &p).unwrap();
         s.st = St::Rts;
     }
 }

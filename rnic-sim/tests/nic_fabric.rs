@@ -10,10 +10,9 @@ use rnic_sim::roce::pcap::PcapWriter;
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::net::Ipv4Addr;
 use std::process::Command;
-use verbs_core::manual::{connect_rc, RcParams, RcPeerInfo};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Gid, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, SimTime,
-    WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Gid, Mr, Qp, RecvWr, SendWr, SimTime, WcStatus, WorkCompletion,
 };
 
 struct Side {
@@ -23,34 +22,21 @@ struct Side {
 }
 
 fn setup(nic: &mut SimNic, len: usize) -> Side {
-    let pd = nic.alloc_pd().unwrap();
-    let mr = nic
-        .reg_mr(
-            pd,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .unwrap();
-    let cq = nic.create_cq(256, None).unwrap();
-    let qp = nic
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    max_send_sge: 2,
-                    max_recv_sge: 2,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: true,
-            },
-        )
-        .unwrap();
-    Side { mr, cq, qp }
+    let spec = RcEndpointSpec {
+        mr_len: len,
+        mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        cqe: 256,
+        shared_cq: true,
+        sq_sig_all: true,
+        ..RcEndpointSpec::default()
+    }
+    .queues(64, 2, 0);
+    let ep = RcEndpoint::create(nic.device_mut(), &spec).unwrap();
+    Side {
+        mr: ep.mr,
+        cq: ep.send_cq,
+        qp: ep.qp,
+    }
 }
 
 fn nic(last: u8) -> SimNic {

@@ -13,10 +13,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use verbs_core::manual::{connect_rc, RcParams, RcPeerInfo};
+use verbs_core::manual::{connect_rc, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo};
 use verbs_core::{
-    AccessFlags, CompChannel, CqHandle, Device, Gid, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr,
-    SendWr, WcStatus, WorkCompletion,
+    AccessFlags, CompChannel, CqHandle, Device, Gid, Mr, Qp, RecvWr, SendWr, WcStatus,
+    WorkCompletion,
 };
 
 const LEN: u32 = 64 * 1024;
@@ -39,42 +39,25 @@ fn side(ip: Ipv4Addr, psn: u32) -> Side {
     let gid = Gid::from_ipv4(ip);
     let mut nic = SimNic::new(SimDevice::new(SimDeviceConfig::new("sim", gid)), addr);
     let channel = CompChannel::new();
-    let pd = nic.alloc_pd().unwrap();
-    let mr = nic
-        .reg_mr(
-            pd,
-            2 * LEN as usize,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-    let cq = nic.create_cq(64, Some(&channel)).unwrap();
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap,
-        qp_type: QpType::Rc,
+    let spec = RcEndpointSpec {
+        mr_len: 2 * LEN as usize,
+        mr_access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        cqe: 64,
+        shared_cq: true,
+        channel: Some(channel.clone()),
         sq_sig_all: true,
-    };
-    let qp = nic.create_qp(pd, &init).unwrap();
-    let info = RcPeerInfo {
-        gid,
-        qpn: qp.qp_num,
-        psn,
-    };
+        ..RcEndpointSpec::default()
+    }
+    .queues(16, 1, 0);
+    let ep = RcEndpoint::create(nic.device_mut(), &spec).unwrap();
+    let info = ep.info(gid, psn);
     let driver = UdpDriver::spawn(nic, socket).unwrap();
     Side {
         driver,
         channel,
-        mr,
-        cq,
-        qp,
+        mr: ep.mr,
+        cq: ep.send_cq,
+        qp: ep.qp,
         info,
     }
 }

@@ -8,10 +8,12 @@ use rnic_sim::pump::pump_pair;
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use verbs_core::manual::{modify_to_init, modify_to_rtr, modify_to_rts, RcParams, RcPeerInfo};
+use verbs_core::manual::{
+    modify_to_init, modify_to_rtr, modify_to_rts, RcEndpoint, RcEndpointSpec, RcParams, RcPeerInfo,
+};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Gid, Mr, Mtu, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, SendWr, SimTime, WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Gid, Mr, Mtu, Qp, QpAttr, QpAttrMask, QpState, RecvWr, SendWr,
+    SimTime, WcStatus, WorkCompletion,
 };
 
 /// What the demo is asked to do.
@@ -124,6 +126,11 @@ struct Side {
     qp: Qp,
 }
 
+/// What the peer may do to each side's MR (and local write).
+const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
 /// Regions of each side's MR, each `size` bytes: what SEND/WRITE read from, where SEND lands,
 /// where WRITE lands / READ reads from, where READ lands.
 const SRC: u64 = 0;
@@ -134,43 +141,24 @@ const REGIONS: u64 = 4;
 
 fn side(name: &str, ip: Ipv4Addr, opts: &DemoOptions) -> Result<Side, DemoError> {
     let mut dev = SimDevice::new(SimDeviceConfig::new(name, Gid::from_ipv4(ip)));
-    let pd = dev.alloc_pd().step("ibv_alloc_pd")?;
-    let len = usize::try_from(u64::from(opts.size) * REGIONS)
+    let mr_len = usize::try_from(u64::from(opts.size) * REGIONS)
         .map_err(|_| DemoError::Options("size too large".into()))?;
-    let mr = dev
-        .reg_mr(
-            pd,
-            len,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .step("ibv_reg_mr")?;
     let depth = opts.recvs.max(1) + 4;
-    let scq = dev.create_cq(depth * 2, None).step("ibv_create_cq")?;
-    let rcq = dev.create_cq(depth * 2, None).step("ibv_create_cq")?;
-    let qp = dev
-        .create_qp(
-            pd,
-            &QpInitAttr {
-                send_cq: scq,
-                recv_cq: rcq,
-                cap: QpCap {
-                    max_send_wr: depth,
-                    max_recv_wr: depth,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: QpType::Rc,
-                sq_sig_all: false,
-            },
-        )
-        .step("ibv_create_qp")?;
+    let spec = RcEndpointSpec {
+        mr_len,
+        mr_access: ACCESS,
+        cqe: depth * 2,
+        ..RcEndpointSpec::default()
+    }
+    .queues(depth, 1, 0);
+    let ep = RcEndpoint::create(&mut dev, &spec)
+        .step("ibv_alloc_pd/ibv_reg_mr/ibv_create_cq/ibv_create_qp")?;
     Ok(Side {
         dev,
-        mr,
-        scq,
-        rcq,
-        qp,
+        mr: ep.mr,
+        scq: ep.send_cq,
+        rcq: ep.recv_cq,
+        qp: ep.qp,
     })
 }
 
@@ -188,7 +176,7 @@ fn connect(
 ) -> Result<(), DemoError> {
     let p = RcParams {
         mtu: opts.mtu,
-        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        access: ACCESS,
         ..RcParams::default()
     };
     let qp = s.qp.handle;

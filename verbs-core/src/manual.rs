@@ -38,15 +38,25 @@ impl Default for RcEndpointSpec {
             cqe: 256,
             shared_cq: false,
             channel: None,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 64,
-            },
+            cap: QpCap::default(),
             sq_sig_all: false,
         }
+        .queues(16, 4, 64)
+    }
+}
+
+impl RcEndpointSpec {
+    /// The same spec with both queues of the QP holding `wr` work requests of up to `sge`
+    /// scatter/gather elements each, and up to `max_inline_data` bytes of inline data.
+    pub fn queues(mut self, wr: u32, sge: u32, max_inline_data: u32) -> Self {
+        self.cap = QpCap {
+            max_send_wr: wr,
+            max_recv_wr: wr,
+            max_send_sge: sge,
+            max_recv_sge: sge,
+            max_inline_data,
+        };
+        self
     }
 }
 
@@ -162,6 +172,29 @@ pub struct RcPeerInfo {
     pub psn: u32,
 }
 
+/// Attributes an RC QP's RESET → INIT `modify_qp` requires (cm-spec §5.2).
+pub const INIT_MASK: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::PKEY_INDEX)
+    .union(QpAttrMask::PORT)
+    .union(QpAttrMask::ACCESS_FLAGS);
+
+/// Attributes an RC QP's INIT → RTR `modify_qp` requires (cm-spec §5.2).
+pub const RTR_MASK: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::AV)
+    .union(QpAttrMask::PATH_MTU)
+    .union(QpAttrMask::DEST_QPN)
+    .union(QpAttrMask::RQ_PSN)
+    .union(QpAttrMask::MAX_DEST_RD_ATOMIC)
+    .union(QpAttrMask::MIN_RNR_TIMER);
+
+/// Attributes an RC QP's RTR → RTS `modify_qp` requires (cm-spec §5.2).
+pub const RTS_MASK: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::SQ_PSN)
+    .union(QpAttrMask::TIMEOUT)
+    .union(QpAttrMask::RETRY_CNT)
+    .union(QpAttrMask::RNR_RETRY)
+    .union(QpAttrMask::MAX_QP_RD_ATOMIC);
+
 /// RESET → INIT with pkey index 0, port 1 and `p.access`.
 ///
 /// # Errors
@@ -174,11 +207,7 @@ pub fn modify_to_init<D: Device + ?Sized>(dev: &mut D, qp: QpHandle, p: &RcParam
         qp_access_flags: p.access,
         ..QpAttr::default()
     };
-    dev.modify_qp(
-        qp,
-        &attr,
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
+    dev.modify_qp(qp, &attr, INIT_MASK)
 }
 
 /// INIT → RTR towards `peer`; this side receives from `rq_psn`.
@@ -211,17 +240,7 @@ pub fn modify_to_rtr<D: Device + ?Sized>(
         },
         ..QpAttr::default()
     };
-    dev.modify_qp(
-        qp,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
+    dev.modify_qp(qp, &attr, RTR_MASK)
 }
 
 /// RTR → RTS; this side sends from `sq_psn` (the peer's advertised receive PSN).
@@ -243,16 +262,7 @@ pub fn modify_to_rts<D: Device + ?Sized>(
         max_rd_atomic: p.max_rd_atomic,
         ..QpAttr::default()
     };
-    dev.modify_qp(
-        qp,
-        &attr,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
+    dev.modify_qp(qp, &attr, RTS_MASK)
 }
 
 /// RESET → INIT → RTR → RTS: `local` is this side's own info (its `psn` is the receive PSN it
