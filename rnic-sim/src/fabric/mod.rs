@@ -26,7 +26,7 @@ pub use plan::{
     Crash, Delay, Direction, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS,
 };
 pub use sim::{Delivery, FabricStats, SimFabric};
-pub use trace::{fnv1a64, DropReason, FabricEvent, FabricEventKind, Fnv1a};
+pub use trace::{fnv1a64, payload_digest, DropReason, FabricEvent, FabricEventKind, Fnv1a};
 
 /// A sans-IO datagram endpoint (in the style of `quinn-proto`): the driver feeds it datagrams
 /// and timeouts with the current time, and drains what it wants to send. It never reads a clock

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use verbs_core::{Errno, Error, SimTime};
 
 use super::plan::FaultPlan;
-use super::trace::{fnv1a64, DropReason, FabricEvent, FabricEventKind, Fnv1a};
+use super::trace::{payload_digest, DropReason, FabricEvent, FabricEventKind, Fnv1a};
 use crate::rng::Rng;
 
 /// A datagram handed out by [`SimFabric::pop_delivery`].
@@ -54,7 +54,7 @@ struct InFlight {
     src: SocketAddr,
     dst: SocketAddr,
     bytes: Bytes,
-    /// `fnv1a64(bytes)`, computed once when the copy is put in flight.
+    /// `payload_digest(bytes)`, computed once when the copy is put in flight.
     digest: u64,
 }
 
@@ -147,7 +147,7 @@ impl SimFabric {
     pub fn send(&mut self, now: SimTime, src: SocketAddr, dst: SocketAddr, bytes: Bytes) -> u64 {
         let packet = self.alloc_packet();
         self.stats.sent += 1;
-        let digest = fnv1a64(&bytes);
+        let digest = payload_digest(&bytes);
         let kind = FabricEventKind::Sent {
             len: bytes.len(),
             digest,
@@ -292,7 +292,7 @@ impl SimFabric {
             let mut buf = BytesMut::from(&bytes[..]);
             buf[(bit / 8) as usize] ^= 1 << (bit % 8);
             inflight.bytes = buf.freeze();
-            inflight.digest = fnv1a64(&inflight.bytes);
+            inflight.digest = payload_digest(&inflight.bytes);
             self.stats.corrupted += 1;
             self.record(now, id, src, dst, FabricEventKind::Corrupted { bit });
         }
