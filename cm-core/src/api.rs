@@ -7,7 +7,7 @@
 //! with [`RdmaCm::get_cm_event`] (non-blocking, `EAGAIN` when empty) and must be acked with
 //! [`RdmaCm::ack_cm_event`]. The blocking and async waits are in [`crate::blocking`].
 //!
-//! Every event goes through one guard ([`RdmaCm::deliver`]): IB CM events other than
+//! Every event goes through one guard (`RdmaCm::deliver`, private): IB CM events other than
 //! TIMEWAIT_EXIT pass only while the id is in CONNECT, DISCONNECTED only through the atomic
 //! CONNECT → DISCONNECT swap, TIMEWAIT_EXIT only in DISCONNECT (cm-spec §4.2), so DISCONNECTED
 //! is raised at most once per id and TIMEWAIT_EXIT only after it.
@@ -27,7 +27,7 @@ use verbs_core::{
 pub trait CmDevice: Device + GsiEndpoint {}
 impl<T: Device + GsiEndpoint + ?Sized> CmDevice for T {}
 
-/// `enum rdma_cm_state` [cma_priv] (cm-spec §4.1), same names and numbers.
+/// `enum rdma_cm_state` \[cma_priv\] (cm-spec §4.1), same names and numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 #[allow(missing_docs)] // each variant is the Linux name of its value

@@ -185,7 +185,7 @@ fn bench_write(c: &mut Criterion) {
                 pump(&mut a.nic, &mut b.nic);
                 assert_eq!(drain(&mut a.nic, a.scq, &mut wcs), 1);
             });
-            let (ca, cb) = (a.nic.counters(), b.nic.counters());
+            let (ca, cb) = (a.nic.datagram_counters(), b.nic.datagram_counters());
             assert_eq!(ca.rx_decode_errors + cb.rx_decode_errors, 0);
         });
     }
@@ -247,7 +247,7 @@ fn bench_send(c: &mut Criterion) {
                 repost.extend(wcs.iter().map(|w| recv(w.wr_id as usize)));
                 b.nic.post_recv(b.qp.handle, &repost).expect("post_recv");
             });
-            let (ca, cb) = (a.nic.counters(), b.nic.counters());
+            let (ca, cb) = (a.nic.datagram_counters(), b.nic.datagram_counters());
             assert_eq!(ca.rx_decode_errors + cb.rx_decode_errors, 0);
         });
     }

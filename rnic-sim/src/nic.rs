@@ -96,8 +96,9 @@ impl SimNic {
             .unwrap_or_default()
     }
 
-    /// Datagram counters.
-    pub fn counters(&self) -> NicCounters {
+    /// Datagram counters (encode/decode). The device's own transport counters are
+    /// `device().counters()` (named differently so that `Deref` does not hide them).
+    pub fn datagram_counters(&self) -> NicCounters {
         self.counters
     }
 

@@ -148,8 +148,8 @@ fn rc_exchange_over_the_deterministic_fabric_is_byte_exact() {
             (10, WcStatus::Success)
         ]
     );
-    let a = sim.endpoint(0).unwrap().counters();
-    let b = sim.endpoint(1).unwrap().counters();
+    let a = sim.endpoint(0).unwrap().datagram_counters();
+    let b = sim.endpoint(1).unwrap().datagram_counters();
     assert_eq!(a.rx_decode_errors + b.rx_decode_errors, 0);
     assert_eq!(a.tx_datagrams, b.rx_datagrams);
     assert_eq!(b.tx_datagrams, a.rx_datagrams);
@@ -177,8 +177,8 @@ fn corrupted_datagrams_are_counted_and_dropped_by_the_icrc() {
         Bytes::from_static(&[0x04, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 1, 1, 2, 3, 4]),
     );
     a.handle_datagram(SimTime::ZERO, flow_src, Bytes::from_static(&[1, 2, 3]));
-    assert_eq!(a.counters().rx_decode_errors, 2);
-    assert_eq!(a.counters().rx_datagrams, 0);
+    assert_eq!(a.datagram_counters().rx_decode_errors, 2);
+    assert_eq!(a.datagram_counters().rx_datagrams, 0);
 }
 
 fn tshark_available() -> bool {

@@ -399,7 +399,7 @@ fn disconnect_from_crashed_server_ends_in_disconnected_etimedout_after_dreq_retr
         .endpoint(CLIENT)
         .unwrap()
         .nic()
-        .counters()
+        .datagram_counters()
         .tx_datagrams;
     disconnect(&mut w, CLIENT);
     // 16 DREQs, 4608 ms apart: the give-up comes after 16 × 4608 ms = 73.728 s (§3.2).
@@ -414,7 +414,7 @@ fn disconnect_from_crashed_server_ends_in_disconnected_etimedout_after_dreq_retr
         .endpoint(CLIENT)
         .unwrap()
         .nic()
-        .counters()
+        .datagram_counters()
         .tx_datagrams
         - tx_before;
     assert_eq!(tx, 16, "DREQ transmissions");

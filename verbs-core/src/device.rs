@@ -82,7 +82,8 @@ pub struct QpInitAttr {
     pub send_cq: CqHandle,
     /// CQ for receive completions.
     pub recv_cq: CqHandle,
-    /// Requested queue sizes; the device may round up and reports what it granted.
+    /// Requested queue sizes. Hardware providers may round up (`query_qp` reports what was
+    /// granted); the simulated device grants exactly what is asked.
     pub cap: QpCap,
     /// Transport.
     pub qp_type: QpType,
