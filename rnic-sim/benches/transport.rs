@@ -9,8 +9,7 @@
 //! * `transport_write_64k`: one signaled 64 KiB RDMA WRITE per iteration at path MTU 4096
 //!   (16 packets, one coalesced ACK), posted, pumped to quiescence and its completion polled;
 //!   ICRC computed on send and checked on receive (`icrc_on`) or not checked (`icrc_off`),
-//!   against two `memcpy` baselines in the same group: 64 KiB hot in cache, and 64 KiB at a
-//!   time through 256 MiB buffers (memory bandwidth).
+//!   against a 64 KiB `memcpy` baseline in the same group.
 //! * `transport_send_64b`: 64-byte SENDs in batches of [`SEND_BATCH`] posted with one
 //!   `post_send` call, every [`SIGNAL_EVERY`]th signaled; the receiver's receive queue is
 //!   replenished from its CQ after every batch and both CQs are polled in batches.
@@ -157,21 +156,6 @@ fn bench_write(c: &mut Criterion) {
         bch.iter(|| {
             dst.copy_from_slice(black_box(&src));
             black_box(&dst);
-        })
-    });
-
-    // The same throughput unit over buffers far larger than the caches: what "memcpy
-    // bandwidth" means to a memory-bandwidth tool such as mbw. Each iteration copies 64 KiB at
-    // the next offset of a 256 MiB pair of buffers, so the data never comes from cache.
-    g.bench_function("memcpy_baseline_uncached", |bch| {
-        const SPAN: usize = 256 << 20;
-        let src: Vec<u8> = (0..SPAN).map(|i| i as u8).collect();
-        let mut dst = vec![0u8; SPAN];
-        let mut off = 0;
-        bch.iter(|| {
-            dst[off..off + WRITE_LEN].copy_from_slice(black_box(&src[off..off + WRITE_LEN]));
-            black_box(&dst);
-            off = (off + WRITE_LEN) % SPAN;
         })
     });
 
