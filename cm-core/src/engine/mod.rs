@@ -22,7 +22,8 @@ use crate::wire::{
     self, CmMessage, CmMsgResponse, Drep, Dreq, Mra, Rej, RejectReason, Rep, Req, ReqPath, Rtu,
     MAD_SIZE,
 };
-use std::collections::{BTreeMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{Errno, Error, Gid, Mtu, SimTime, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
 
 /// `enum ib_cm_state` [ib_cm.h] (cm-spec §3.1), same names and numbers. SIDR states exist for
@@ -364,6 +365,46 @@ struct Conn {
     in_tables: bool,
 }
 
+impl Conn {
+    /// The earliest of the pending MAD's deadline and the TimeWait expiry.
+    fn deadline(&self) -> Option<SimTime> {
+        match (self.pending.as_ref().map(|p| p.deadline), self.timewait_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// An index of every armed deadline, so the next one is found without scanning every id (a
+/// host may hold thousands of connections). Ids whose deadlines may have changed are noted in
+/// `touched` (by `CmEngine::conn_mut`) and re-indexed lazily by `sync`, before any read.
+#[derive(Debug, Default)]
+struct TimerIndex {
+    by_time: BTreeSet<(SimTime, IbCmId)>,
+    armed: BTreeMap<IbCmId, SimTime>,
+    touched: Vec<IbCmId>,
+}
+
+impl TimerIndex {
+    fn sync(&mut self, conns: &BTreeMap<IbCmId, Conn>) {
+        for id in std::mem::take(&mut self.touched) {
+            let want = conns.get(&id).and_then(Conn::deadline);
+            let had = self.armed.get(&id).copied();
+            if had == want {
+                continue;
+            }
+            if let Some(t) = had {
+                self.by_time.remove(&(t, id));
+                self.armed.remove(&id);
+            }
+            if let Some(t) = want {
+                self.by_time.insert((t, id));
+                self.armed.insert(id, t);
+            }
+        }
+    }
+}
+
 /// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs.
 #[derive(Debug)]
 pub struct CmEngine {
@@ -374,6 +415,8 @@ pub struct CmEngine {
     next_index: u32,
     next_id: u32,
     conns: BTreeMap<IbCmId, Conn>,
+    /// Interior mutability so that `poll_timeout(&self)` can bring the index up to date.
+    timers: RefCell<TimerIndex>,
     by_local: BTreeMap<u32, IbCmId>,
     remote_ids: BTreeMap<(u64, u32), IbCmId>,
     remote_qpns: BTreeMap<(u64, u32), IbCmId>,
@@ -381,6 +424,16 @@ pub struct CmEngine {
     transmit: VecDeque<(Gid, [u8; MAD_SIZE])>,
     events: VecDeque<IbCmEvent>,
     counters: CmCounters,
+}
+
+/// `self.conns.get_mut(&id)`, noting that the id's deadlines may change (see `TimerIndex`).
+/// A macro rather than a method so that only the `conns` and `timers` fields are borrowed.
+macro_rules! conn_mut {
+    ($engine:ident, $id:expr) => {{
+        let id: IbCmId = $id;
+        $engine.timers.get_mut().touched.push(id);
+        $engine.conns.get_mut(&id)
+    }};
 }
 
 fn wrong_state(what: &str, state: IbCmState) -> Error {
@@ -402,6 +455,7 @@ impl CmEngine {
             next_index: 0,
             next_id: 1,
             conns: BTreeMap::new(),
+            timers: RefCell::new(TimerIndex::default()),
             by_local: BTreeMap::new(),
             remote_ids: BTreeMap::new(),
             remote_qpns: BTreeMap::new(),
@@ -543,7 +597,7 @@ impl CmEngine {
                 "service ID already has a listener",
             ));
         }
-        let c = self.conns.get_mut(&id).ok_or_else(|| no_id(id))?;
+        let c = conn_mut!(self, id).ok_or_else(|| no_id(id))?;
         if c.state != IbCmState::Idle {
             return Err(wrong_state("listen", c.state));
         }
@@ -585,7 +639,7 @@ impl CmEngine {
 
     /// Sends a MAD that expects an answer, with the id's retry budget (cm-spec §1.7).
     fn queue_with_retries(&mut self, now: SimTime, id: IbCmId, dst: Gid, mad: [u8; MAD_SIZE]) {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         let timeout_ms = c.timeout_ms;
@@ -605,7 +659,7 @@ impl CmEngine {
     }
 
     fn remove_from_tables(&mut self, id: IbCmId) {
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         if c.in_tables {
@@ -626,7 +680,7 @@ impl CmEngine {
     /// `cm_reset_to_idle`: cancel, leave the lookup tables, IDLE.
     fn reset_to_idle(&mut self, id: IbCmId) {
         self.remove_from_tables(id);
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.pending = None;
             c.timewait_at = None;
             c.state = IbCmState::Idle;
@@ -637,7 +691,7 @@ impl CmEngine {
     /// TIMEWAIT for `ms(av.timeout)`.
     fn enter_timewait(&mut self, now: SimTime, id: IbCmId) {
         self.remove_from_tables(id);
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.pending = None;
             c.state = IbCmState::Timewait;
             c.timewait_at = Some(now.plus_nanos(cm_convert_to_ms(c.av_timeout) * 1_000_000));
@@ -692,7 +746,7 @@ impl CmEngine {
             });
         }
         let mad = Self::encode(&msg, tid)?;
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.tid = tid;
             c.local_gid = p.local_gid;
             c.remote_gid = p.remote_gid;
@@ -736,7 +790,7 @@ impl CmEngine {
             ..Rep::default()
         });
         let (mad, dst) = (Self::encode(&msg, c.tid)?, c.remote_gid);
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.local_qpn = p.local_qpn & QPN_MASK;
             c.responder_resources = p.responder_resources;
             c.initiator_depth = p.initiator_depth;
@@ -758,7 +812,7 @@ impl CmEngine {
         }
         let mad = Self::encode(&Self::rtu_msg(c, private_data), c.tid)?;
         let dst = c.remote_gid;
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.rtu_private_data = private_data.to_vec();
             c.state = IbCmState::Established;
         }
@@ -848,7 +902,7 @@ impl CmEngine {
         });
         let mad = Self::encode(&msg, self.form_tid(c.local_comm_id))?;
         let dst = c.remote_gid;
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.state = IbCmState::DreqSent;
         }
         self.queue_with_retries(now, id, dst, mad);
@@ -872,7 +926,7 @@ impl CmEngine {
         }
         let mad = Self::encode(&Self::drep_msg(c, private_data), c.dreq_tid)?;
         let dst = c.remote_gid;
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.drep_private_data = private_data.to_vec();
         }
         self.enter_timewait(now, id);
@@ -894,7 +948,7 @@ impl CmEngine {
     /// # Errors
     /// `EINVAL` in any other state (Linux: -EISCONN when already ESTABLISHED).
     pub fn establish(&mut self, id: IbCmId) -> Result<(), Error> {
-        let c = self.conns.get_mut(&id).ok_or_else(|| no_id(id))?;
+        let c = conn_mut!(self, id).ok_or_else(|| no_id(id))?;
         if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
             return Err(wrong_state("establish", c.state));
         }
@@ -939,6 +993,7 @@ impl CmEngine {
         }
         self.remove_from_tables(id);
         if let Some(c) = self.conns.remove(&id) {
+            self.timers.get_mut().touched.push(id);
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);
@@ -959,26 +1014,32 @@ impl CmEngine {
 
     /// The earliest armed timer (retransmission or TimeWait), if any.
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        self.conns
-            .values()
-            .flat_map(|c| [c.pending.as_ref().map(|p| p.deadline), c.timewait_at])
-            .flatten()
-            .min()
+        let mut timers = self.timers.borrow_mut();
+        timers.sync(&self.conns);
+        let next = timers.by_time.first().map(|(t, _)| *t);
+        // Tests run with debug assertions: every call cross-checks the index against a scan.
+        debug_assert_eq!(
+            next,
+            self.conns.values().filter_map(Conn::deadline).min(),
+            "CM timer index out of step with the connections"
+        );
+        next
     }
 
     /// Runs every timer due at `now`: retransmissions (with the [`Backoff`] schedule), send
     /// timeouts (REQ → IDLE + REQ_ERROR, REP → IDLE + REP_ERROR, DREQ → TIMEWAIT +
-    /// DREQ_ERROR; cm-spec §3.3) and TimeWait expiry (→ IDLE + TIMEWAIT_EXIT).
+    /// DREQ_ERROR; cm-spec §3.3) and TimeWait expiry (→ IDLE + TIMEWAIT_EXIT). Due ids fire in
+    /// id order.
     pub fn handle_timeout(&mut self, now: SimTime) {
-        let due: Vec<IbCmId> = self
-            .conns
+        let timers = self.timers.get_mut();
+        timers.sync(&self.conns);
+        let mut due: Vec<IbCmId> = timers
+            .by_time
             .iter()
-            .filter(|(_, c)| {
-                c.pending.as_ref().is_some_and(|p| p.deadline <= now)
-                    || c.timewait_at.is_some_and(|t| t <= now)
-            })
-            .map(|(id, _)| *id)
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, id)| *id)
             .collect();
+        due.sort_unstable();
         for id in due {
             self.fire_timers(now, id);
         }
@@ -986,7 +1047,7 @@ impl CmEngine {
 
     fn fire_timers(&mut self, now: SimTime, id: IbCmId) {
         let backoff = self.cfg.backoff;
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         if c.timewait_at.is_some_and(|t| t <= now) {
@@ -1139,7 +1200,7 @@ impl CmEngine {
         let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu)
             .unwrap_or(self.cfg.path_mtu)
             .min(self.cfg.path_mtu);
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.state = IbCmState::ReqRcvd;
             c.remote_comm_id = r.local_comm_id;
             c.remote_ca_guid = guid;
@@ -1178,7 +1239,7 @@ impl CmEngine {
         );
         // rdma_cm arms a delayed MRA right after REQ_RECEIVED (cm-spec §4.2): nothing on the
         // wire until a duplicate REQ arrives.
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.state = IbCmState::MraReqSent;
         }
     }
@@ -1242,7 +1303,7 @@ impl CmEngine {
             self.dreq_stale(now, old);
             return;
         }
-        if let Some(c) = self.conns.get_mut(&id) {
+        if let Some(c) = conn_mut!(self, id) {
             c.remote_comm_id = p.local_comm_id;
             c.remote_ca_guid = guid;
             c.remote_qpn = p.local_qpn;
@@ -1301,7 +1362,7 @@ impl CmEngine {
             self.counters.rx_unmatched += 1;
             return;
         };
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
@@ -1322,7 +1383,7 @@ impl CmEngine {
             self.counters.rx_unmatched += 1;
             return;
         };
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         let next = match (c.state, m.message_mraed) {
@@ -1415,7 +1476,7 @@ impl CmEngine {
             }
             return;
         };
-        let Some(c) = self.conns.get_mut(&id) else {
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         if c.local_qpn != m.remote_qpn_eecn {
