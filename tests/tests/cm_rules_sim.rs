@@ -91,6 +91,9 @@ fn conn_param() -> ConnParam {
     }
 }
 
+/// A work queue: (host, epoch, QPN, send or receive).
+type QueueKey = (usize, u32, u32, Queue);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Queue {
     Send,
@@ -741,7 +744,7 @@ impl World {
     /// The datagrams the fabric dropped: (sending host, CM attribute or 0 for RC traffic, why).
     /// A dropped packet is identified by its rank among the datagrams its host sent at that
     /// instant (the fabric numbers packets in send order; its payload digest cannot tell
-    /// datagrams apart, see the report in the commit log).
+    /// datagrams apart: `fabric_trace_digest_tells_different_payloads_apart`).
     fn dropped(&self) -> Vec<(usize, u16, DropReason)> {
         let host_of = |a: SocketAddr| (0..self.nodes.len()).find(|&h| ip(h) == a.ip()).unwrap();
         let sent: Vec<(u64, usize, SimTime)> = self
@@ -825,7 +828,7 @@ impl World {
     /// S2–S4, per WR and per queue.
     fn check_wrs(&self) {
         let now = self.now();
-        let mut queues: BTreeMap<(usize, u32, u32, Queue), Vec<(u64, Done)>> = BTreeMap::new();
+        let mut queues: BTreeMap<QueueKey, Vec<(u64, Done)>> = BTreeMap::new();
         for (&wr, p) in &self.posted {
             let ctx = format!(
                 "WR {wr} ({:?} on host {}.{} QPN {:#x})",
@@ -1529,15 +1532,10 @@ fn destroy_timewait_sends_nothing_and_suppresses_timewait_exit() {
     w.destroy(1, c.p.id);
     w.check();
     assert_eq!(w.sent_attrs(1), before);
-    assert_orderly_initiator_only(&w, c.a, c.p);
-}
-
-/// Like [`assert_orderly`] for a responder destroyed in TimeWait: no TIMEWAIT_EXIT there.
-fn assert_orderly_initiator_only(w: &World, init: End, resp: End) {
-    w.assert_one_disconnected(init, 0);
-    w.assert_one_disconnected(resp, 0);
-    assert_eq!(w.statuses(init, E::TimewaitExit), [0]);
-    assert!(!w.kinds(resp).contains(&E::TimewaitExit));
+    w.assert_one_disconnected(c.a, 0);
+    w.assert_one_disconnected(c.p, 0);
+    assert_eq!(w.statuses(c.a, E::TimewaitExit), [0]);
+    assert!(!w.kinds(c.p).contains(&E::TimewaitExit));
 }
 
 // ---- lost DREP ----
@@ -1652,4 +1650,35 @@ fn rej_8_when_nobody_listens_on_the_service_id() {
     for wr in wrs {
         assert_eq!(w.status(wr), Some(WcStatus::WrFlushErr));
     }
+}
+
+// ---- found while writing these tests ----
+
+/// The fabric trace's payload digest is `crc32fast::hash` of the RoCEv2 UDP payload, which
+/// ends with its own ICRC (a CRC-32 of the same bytes, masked, behind the IP/UDP pseudo
+/// header). CRC-32 being affine, the digest then depends only on the flow, the length and the
+/// masked fields, not on the content: the REQ and the RTU (both 280 bytes, 10.0.0.1 →
+/// 10.0.0.2) get the same digest, so trace hashes cannot see payload divergence.
+#[test]
+#[ignore = "bug: rnic-sim payload_digest (CRC-32 over bytes ending in their ICRC) is the same for every equal-length datagram of a flow"]
+fn fabric_trace_digest_tells_different_payloads_apart() {
+    let (w, _) = established();
+    let digests: Vec<(SimTime, usize, u64)> = w
+        .sim
+        .fabric
+        .trace()
+        .iter()
+        .filter(|ev| ev.src.ip() == ip(0))
+        .filter_map(|ev| match ev.kind {
+            FabricEventKind::Sent { len, digest } => Some((ev.at, len, digest)),
+            _ => None,
+        })
+        .collect();
+    let mads: Vec<u64> = digests.iter().filter(|d| d.1 == 280).map(|d| d.2).collect();
+    assert_eq!(w.sent_attrs(0)[..2], [REQ, RTU]);
+    assert_eq!(mads.len(), 2, "{digests:?}");
+    assert_ne!(
+        mads[0], mads[1],
+        "REQ and RTU have the same digest: {digests:?}"
+    );
 }
