@@ -1654,13 +1654,11 @@ fn rej_8_when_nobody_listens_on_the_service_id() {
 
 // ---- found while writing these tests ----
 
-/// The fabric trace's payload digest is `crc32fast::hash` of the RoCEv2 UDP payload, which
-/// ends with its own ICRC (a CRC-32 of the same bytes, masked, behind the IP/UDP pseudo
-/// header). CRC-32 being affine, the digest then depends only on the flow, the length and the
-/// masked fields, not on the content: the REQ and the RTU (both 280 bytes, 10.0.0.1 →
-/// 10.0.0.2) get the same digest, so trace hashes cannot see payload divergence.
+/// Regression: the fabric trace's payload digest used to be a CRC-32 of the RoCEv2 UDP payload,
+/// which ends with its own ICRC; CRC-32 being affine, that digest depended only on the flow, the
+/// length and the masked fields, so the REQ and the RTU (both 280 bytes, 10.0.0.1 → 10.0.0.2)
+/// got the same digest and trace hashes could not see payload divergence.
 #[test]
-#[ignore = "bug: rnic-sim payload_digest (CRC-32 over bytes ending in their ICRC) is the same for every equal-length datagram of a flow"]
 fn fabric_trace_digest_tells_different_payloads_apart() {
     let (w, _) = established();
     let digests: Vec<(SimTime, usize, u64)> = w
