@@ -35,7 +35,7 @@ use rnic_sim::fabric::{FaultPlan, PathFaults, RunOutcome, SimFabric, Simulation}
 use rnic_sim::nic::SimNic;
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use rnic_testbed::host::Host;
-use verbs_core::{CqHandle, Device, Gid, PdHandle, Qp, QpCap, QpInitAttr, QpType};
+use verbs_core::{CqHandle, Device, Gid, PdHandle, Qp, QpCap, QpInitAttr};
 
 const CLIENT: usize = 0;
 const SERVER: usize = 1;
@@ -112,19 +112,7 @@ impl World {
     }
 
     fn create_qp(&mut self, h: usize, id: CmIdHandle) -> Qp {
-        let init = QpInitAttr {
-            send_cq: self.cq[h],
-            recv_cq: self.cq[h],
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: false,
-        };
+        let init = QpInitAttr::rc(self.cq[h], self.cq[h], QpCap::uniform(16, 1, 0), false);
         let pd = self.pd[h];
         let (cm, dev) = self.sim.endpoint_mut(h).unwrap().split();
         cm.create_qp(dev, id, pd, &init).unwrap()

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
     AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendWr, SimTime, WcStatus,
+    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcStatus,
 };
 
 const PORT: u16 = 7471;
@@ -445,19 +445,7 @@ impl World {
 
     fn qp_init(&self, h: usize) -> QpInitAttr {
         let n = &self.nodes[h];
-        QpInitAttr {
-            send_cq: n.send_cq,
-            recv_cq: n.recv_cq,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        }
+        QpInitAttr::rc(n.send_cq, n.recv_cq, QpCap::uniform(16, 1, 0), true)
     }
 
     /// Host `h` listens on PORT.

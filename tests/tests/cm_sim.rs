@@ -17,7 +17,7 @@ use rnic_testbed::host::Host;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Gid, Mr, Qp, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr,
+    AccessFlags, CqHandle, Device, Gid, Mr, Qp, QpCap, QpInitAttr, QpState, RecvWr, SendWr,
     SimTime, WcStatus, WorkCompletion,
 };
 
@@ -97,19 +97,7 @@ fn resources(cm: &mut RdmaCm, dev: &mut SimDevice, id: CmIdHandle) -> (Qp, Mr, C
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = dev.reg_mr(pd, MR_LEN, access).unwrap();
     let cq = dev.create_cq(64, None).unwrap();
-    let init = QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: true,
-    };
+    let init = QpInitAttr::rc(cq, cq, QpCap::uniform(16, 1, 0), true);
     let qp = cm.create_qp(dev, id, pd, &init).unwrap();
     (qp, mr, cq)
 }

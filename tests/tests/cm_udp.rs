@@ -25,7 +25,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use verbs_core::{
     AccessFlags, CompChannel, CqHandle, Device, Gid, Mr, PdHandle, Qp, QpCap, QpInitAttr, QpState,
-    QpType, RecvWr, SendWr, WcStatus, WorkCompletion,
+    RecvWr, SendWr, WcStatus, WorkCompletion,
 };
 
 /// Upper bound of every wait.
@@ -126,19 +126,7 @@ impl Node {
 
     /// An RC QP for `id` through `rdma_create_qp`, on the node's PD and CQ.
     fn create_qp(&self, id: CmIdHandle) -> Qp {
-        let init = QpInitAttr {
-            send_cq: self.cq,
-            recv_cq: self.cq,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: QpType::Rc,
-            sq_sig_all: true,
-        };
+        let init = QpInitAttr::rc(self.cq, self.cq, QpCap::uniform(16, 1, 0), true);
         let pd = self.pd;
         self.h().with(|host, _| {
             let (cm, dev) = host.split();

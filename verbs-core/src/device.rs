@@ -91,6 +91,19 @@ pub struct QpInitAttr {
     pub sq_sig_all: bool,
 }
 
+impl QpInitAttr {
+    /// An RC QP reporting to `send_cq` and `recv_cq` (which may be the same CQ).
+    pub fn rc(send_cq: CqHandle, recv_cq: CqHandle, cap: QpCap, sq_sig_all: bool) -> Self {
+        QpInitAttr {
+            send_cq,
+            recv_cq,
+            cap,
+            qp_type: QpType::Rc,
+            sq_sig_all,
+        }
+    }
+}
+
 /// What an async event is about (`element` of `struct ibv_async_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncElement {

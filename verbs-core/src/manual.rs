@@ -5,7 +5,7 @@
 use crate::device::{CompChannel, CqHandle, Device, Mr, PdHandle, Qp, QpHandle, QpInitAttr};
 use crate::error::Result;
 use crate::types::{
-    AccessFlags, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+    AccessFlags, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState,
 };
 
 /// What [`RcEndpoint::create`] allocates: sizes and options of the usual "one PD, one MR, CQs,
@@ -49,13 +49,7 @@ impl RcEndpointSpec {
     /// The same spec with both queues of the QP holding `wr` work requests of up to `sge`
     /// scatter/gather elements each, and up to `max_inline_data` bytes of inline data.
     pub fn queues(mut self, wr: u32, sge: u32, max_inline_data: u32) -> Self {
-        self.cap = QpCap {
-            max_send_wr: wr,
-            max_recv_wr: wr,
-            max_send_sge: sge,
-            max_recv_sge: sge,
-            max_inline_data,
-        };
+        self.cap = QpCap::uniform(wr, sge, max_inline_data);
         self
     }
 }
@@ -93,13 +87,7 @@ impl RcEndpoint {
         };
         let qp = dev.create_qp(
             pd,
-            &QpInitAttr {
-                send_cq,
-                recv_cq,
-                cap: spec.cap,
-                qp_type: QpType::Rc,
-                sq_sig_all: spec.sq_sig_all,
-            },
+            &QpInitAttr::rc(send_cq, recv_cq, spec.cap, spec.sq_sig_all),
         )?;
         Ok(RcEndpoint {
             pd,

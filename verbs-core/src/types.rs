@@ -591,6 +591,20 @@ impl Default for QpAttr {
     }
 }
 
+impl QpCap {
+    /// Both queues holding `wr` work requests of up to `sge` scatter/gather elements each, and
+    /// up to `max_inline_data` bytes of inline data.
+    pub const fn uniform(wr: u32, sge: u32, max_inline_data: u32) -> Self {
+        QpCap {
+            max_send_wr: wr,
+            max_recv_wr: wr,
+            max_send_sge: sge,
+            max_recv_sge: sge,
+            max_inline_data,
+        }
+    }
+}
+
 /// Mask of valid PSN bits (PSNs are 24 bits wide).
 pub const PSN_MASK: u32 = 0x00FF_FFFF;
 

@@ -507,19 +507,7 @@ impl World {
 }
 
 pub fn qp_init() -> QpInitAttr {
-    QpInitAttr {
-        send_cq: CqHandle(1),
-        recv_cq: CqHandle(1),
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        qp_type: QpType::Rc,
-        sq_sig_all: false,
-    }
+    QpInitAttr::rc(CqHandle(1), CqHandle(1), QpCap::uniform(16, 1, 0), false)
 }
 
 pub fn conn_param() -> ConnParam {
