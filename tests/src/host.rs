@@ -18,13 +18,15 @@ use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use rnic_sim::SimDevice;
 use std::net::SocketAddr;
-use verbs_core::{Error, SimTime};
+use verbs_core::{Error, Gid, SimTime};
 
 /// A simulated host: a [`SimNic`] and the [`RdmaCm`] of its device. See the module docs.
 #[derive(Debug)]
 pub struct Host {
     nic: SimNic,
     cm: RdmaCm,
+    learn_peers: bool,
+    last_peer: Option<SocketAddr>,
 }
 
 impl Host {
@@ -35,7 +37,24 @@ impl Host {
     /// What [`RdmaCm::new`] returns (the device's `query_gid` error).
     pub fn new(nic: SimNic, cfg: CmConfig) -> Result<Self, Error> {
         let cm = RdmaCm::new(nic.device(), cfg)?;
-        Ok(Host { nic, cm })
+        Ok(Host {
+            nic,
+            cm,
+            learn_peers: false,
+            last_peer: None,
+        })
+    }
+
+    /// Learn peers' sockets from the wire (default off): every datagram from `src` routes the
+    /// GID of `src`'s IP back to `src`, so a server on a real UDP socket answers clients on any
+    /// port, e.g. several processes on one loopback IP ([`SimNic::set_peer_addr`]).
+    pub fn set_learn_peers(&mut self, on: bool) {
+        self.learn_peers = on;
+    }
+
+    /// The socket the last datagram came from, when learning peers.
+    pub fn last_peer(&self) -> Option<SocketAddr> {
+        self.last_peer
     }
 
     /// The NIC (verbs queries, counters, capture).
@@ -69,6 +88,10 @@ impl Host {
 impl Endpoint for Host {
     /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        if self.learn_peers {
+            self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
+            self.last_peer = Some(src);
+        }
         Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
         self.poll_gsi(now);
     }

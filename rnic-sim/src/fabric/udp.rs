@@ -164,6 +164,12 @@ impl<E> UdpHandle<E> {
         self.shared.now()
     }
 
+    /// The wall-clock instant of [`SimTime::ZERO`] for this driver, to put the times of two
+    /// drivers in one process on one axis (`a.epoch().duration_since(b.epoch())`).
+    pub fn epoch(&self) -> Instant {
+        self.shared.epoch
+    }
+
     /// Runs `f` on the endpoint with the current time (to call its API: connect, send, …),
     /// then wakes the driver so that what the endpoint now wants to send goes out and its new
     /// deadline is honoured. Blocks while the driver is inside an endpoint call.

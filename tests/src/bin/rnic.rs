@@ -28,6 +28,10 @@ enum Command {
         #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
         mtu: u32,
     },
+    /// rping over real UDP: `--listen ADDR` (server) or `--connect ADDR` (client), each with its
+    /// own simulated RNIC; CM connect, WRITE/READ/SEND with every byte checked, disconnect with
+    /// receives posted. Exits non-zero if a check fails.
+    Ping(rnic_testbed::ping::cli::PingArgs),
 }
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
@@ -75,5 +79,6 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Ping(args) => ExitCode::from(rnic_testbed::ping::cli::main(&args)),
     }
 }

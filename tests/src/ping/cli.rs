@@ -1,0 +1,173 @@
+//! The `rnic ping` command line: [`PingArgs`] (clap) and [`main`], which prints the reports
+//! and returns the exit code.
+
+use super::{
+    Client, DisconnectBy, Params, PingError, PingOp, PingReport, Server, SideOptions, WireOptions,
+    MAX_RECVS, MAX_SIZE,
+};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use verbs_core::Mtu;
+
+/// `rnic ping --listen ADDR` (server) or `rnic ping --connect ADDR` (client).
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["listen", "connect"])))]
+pub struct PingArgs {
+    /// Serve on this UDP socket (ip:port; port 0 picks one, printed as `listening on ADDR`).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Connect to the server's UDP socket (ip:port).
+    #[arg(long, value_name = "ADDR")]
+    pub connect: Option<SocketAddr>,
+    /// Iterations (client).
+    #[arg(long, default_value_t = 10)]
+    pub count: u32,
+    /// Bytes per SEND, WRITE and READ (client; 1..=1048576).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SIZE)))]
+    pub size: u32,
+    /// What each iteration does (client): all = WRITE+SEND+reply+READ, send = ping-pong,
+    /// write = WRITE stream.
+    #[arg(long, value_enum, default_value_t = PingOp::All)]
+    pub op: PingOp,
+    /// Who calls rdma_disconnect first (client decides for both).
+    #[arg(long, value_enum, default_value_t = DisconnectBy::Client)]
+    pub disconnect_by: DisconnectBy,
+    /// Receives kept posted (all still posted, then flushed, at the disconnect).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RECVS)))]
+    pub recvs: u32,
+    /// Print the report as one JSON object (server: one per line, after a
+    /// `{"listening":ADDR}` line).
+    #[arg(long)]
+    pub json: bool,
+    /// Server: serve one connection, then exit with its verdict.
+    #[arg(long)]
+    pub once: bool,
+    /// Short CM and transport timers: DREQ gives up after ≈ 0.1 s, RC retries after ≈ 0.1 s.
+    #[arg(long)]
+    pub fast_timers: bool,
+    /// Drop each datagram (either direction) with this probability (0..=1), seeded.
+    #[arg(long, default_value_t = 0.0)]
+    pub drop_rate: f64,
+    /// Seed of the drop decisions.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// After this many iterations treat the peer as dead: drop every datagram to and from it.
+    /// The verdict then expects RETRY_EXC_ERR and DISCONNECTED with status -110.
+    #[arg(long, value_name = "N")]
+    pub kill_peer_after: Option<u32>,
+    /// Write the datagrams this side sent and received to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Seconds to wait for the peer in the data phase before giving up.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
+    #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
+    pub mtu: u32,
+}
+
+/// Parses an MTU in bytes (256, 512, 1024, 2048, 4096).
+///
+/// # Errors
+/// Any other value.
+pub fn parse_mtu(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    match v {
+        256 | 512 | 1024 | 2048 | 4096 => Ok(v),
+        _ => Err("MTU must be 256, 512, 1024, 2048 or 4096".into()),
+    }
+}
+
+/// The [`Mtu`] of a byte count [`parse_mtu`] accepted (1024 for anything else).
+pub fn mtu(bytes: u32) -> Mtu {
+    match bytes {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        _ => Mtu::Mtu1024,
+    }
+}
+
+fn print_report(r: &PingReport, json: bool) {
+    let mut out = std::io::stdout().lock();
+    let text = if json {
+        serde_json::to_string(r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")) + "\n"
+    } else {
+        r.to_text()
+    };
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+/// Runs `rnic ping`; returns the exit code: 0 when every check held, 1 when one failed, 2 on
+/// an error (bad option, socket, file).
+pub fn main(a: &PingArgs) -> u8 {
+    match run(a) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("rnic ping: {e}");
+            2
+        }
+    }
+}
+
+fn run(a: &PingArgs) -> Result<bool, PingError> {
+    if !a.timeout.is_finite() || a.timeout <= 0.0 {
+        return Err(PingError::Options("--timeout must be > 0".into()));
+    }
+    let side = SideOptions {
+        recvs: a.recvs,
+        kill_peer_after: a.kill_peer_after,
+        timeout: Duration::from_secs_f64(a.timeout),
+        pcap: a.pcap.clone(),
+    };
+    let wire = WireOptions {
+        drop_rate: a.drop_rate,
+        seed: a.seed,
+        fast_timers: a.fast_timers,
+        mtu: mtu(a.mtu),
+    };
+    if let Some(server) = a.connect {
+        let mut c = Client::bind(server, &side, &wire)?;
+        let params = Params {
+            op: a.op,
+            count: a.count,
+            size: a.size,
+            disconnect_by: a.disconnect_by,
+        };
+        let r = c.run(server, params)?;
+        print_report(&r, a.json);
+        c.shutdown()?;
+        return Ok(r.passed());
+    }
+    let Some(listen) = a.listen else {
+        return Err(PingError::Options("--listen or --connect".into()));
+    };
+    let mut s = Server::bind(listen, &side, &wire)?;
+    let line = if a.json {
+        format!("{{\"listening\":\"{}\"}}\n", s.local_addr())
+    } else {
+        format!("listening on {}\n", s.local_addr())
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    }
+    let mut all = true;
+    loop {
+        if let Some(r) = s.serve_one(Duration::from_secs(3600))? {
+            print_report(&r, a.json);
+            all &= r.passed();
+            if a.once {
+                break;
+            }
+        }
+    }
+    s.shutdown()?;
+    Ok(all)
+}

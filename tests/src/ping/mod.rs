@@ -1,0 +1,424 @@
+//! `rnic ping`: rdma-core's `rping` for the simulated RNIC over real UDP. A [`Server`] and a
+//! [`Client`], each a simulated host (SimNic + RdmaCm) on its own UDP socket (usually in two
+//! processes, possibly on two hosts), connect through the CM, exchange buffer addresses and
+//! keys by SEND, run `count` iterations of RDMA WRITE, RDMA READ and SEND with every byte
+//! verified, then one side disconnects with receives still posted. Each side returns a
+//! [`PingReport`]: CM events with timestamps, completions, QP states, a verdict.
+//!
+//! One iteration (`--op all`): the client WRITEs pattern `W` into the server's write region and
+//! SENDs pattern `S`; the server checks both (the WRITE was posted first on the same QP, so it
+//! has landed), fills its read region with `R` and SENDs `P` back; the client checks `P`, READs
+//! the server's read region and checks `R`. `--op send` is the SEND/reply ping-pong only (the
+//! latency benchmark); `--op write` is a stream of WRITEs, the last one checked by the server.
+//! A FIN / FIN-ACK exchange ends the data phase; then the `--disconnect-by` side calls
+//! `rdma_disconnect` and the other answers DISCONNECTED with its own (cm-spec §4.4, §4.5).
+//!
+//! Faults ([`wire`]) live between the UDP driver and the host: seeded loss and a dead peer.
+
+pub mod report;
+pub mod session;
+pub mod cli;
+pub mod wire;
+
+pub use report::PingReport;
+pub use session::{Node, Params};
+
+use cm_core::api::CmEventType;
+use cm_core::wire::RdmaPortSpace;
+use rnic_sim::roce::pcap::PcapWriter;
+use session::Session;
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use verbs_core::Mtu;
+
+/// The largest `--size`, bytes (1 MiB).
+pub const MAX_SIZE: u32 = 1 << 20;
+
+/// The largest `--recvs`.
+pub const MAX_RECVS: u32 = 1024;
+
+/// What went wrong outside the checks: bad options, a socket, the device, the capture file.
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    /// An option is out of range.
+    #[error("{0}")]
+    Options(String),
+    /// A socket or file operation failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The device refused a verbs or CM call.
+    #[error("{0}")]
+    Verbs(#[from] verbs_core::Error),
+    /// The pcap file could not be written.
+    #[error("pcap: {0}")]
+    Pcap(String),
+}
+
+/// Which side of the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The active side (`rdma_connect`).
+    Client,
+    /// The passive side (`rdma_listen`/`rdma_accept`).
+    Server,
+}
+
+impl Role {
+    /// `client` or `server`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Server => "server",
+        }
+    }
+}
+
+/// Who calls `rdma_disconnect` first (`--disconnect-by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[repr(u8)]
+pub enum DisconnectBy {
+    /// The client disconnects; the server answers.
+    Client = 0,
+    /// The server disconnects; the client answers.
+    Server = 1,
+}
+
+impl DisconnectBy {
+    /// The role that disconnects.
+    pub fn role(self) -> Role {
+        match self {
+            DisconnectBy::Client => Role::Client,
+            DisconnectBy::Server => Role::Server,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(DisconnectBy::Client),
+            1 => Some(DisconnectBy::Server),
+            _ => None,
+        }
+    }
+}
+
+/// What each iteration does (`--op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[repr(u8)]
+pub enum PingOp {
+    /// RDMA WRITE, SEND and its reply, RDMA READ; every byte checked.
+    All = 0,
+    /// SEND and its reply only (latency).
+    Send = 1,
+    /// RDMA WRITE only, one at a time (throughput); the server checks the last one.
+    Write = 2,
+}
+
+impl PingOp {
+    /// `all`, `send` or `write`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PingOp::All => "all",
+            PingOp::Send => "send",
+            PingOp::Write => "write",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(PingOp::All),
+            1 => Some(PingOp::Send),
+            2 => Some(PingOp::Write),
+            _ => None,
+        }
+    }
+}
+
+/// The wire and timers of one node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WireOptions {
+    /// Probability of dropping each datagram, in either direction (`--drop-rate`, 0 ..= 1).
+    pub drop_rate: f64,
+    /// Seed of the drop decisions (`--seed`).
+    pub seed: u64,
+    /// Short CM and transport timers (`--fast-timers`): DREQ gives up (-110) after ≈ 120 ms,
+    /// RC retries (RETRY_EXC_ERR) after ≈ 70 ms, TimeWait 8 ms. Otherwise Linux's defaults.
+    pub fast_timers: bool,
+    /// Path MTU.
+    pub mtu: Mtu,
+}
+
+impl Default for WireOptions {
+    fn default() -> Self {
+        WireOptions {
+            drop_rate: 0.0,
+            seed: 1,
+            fast_timers: false,
+            mtu: Mtu::Mtu1024,
+        }
+    }
+}
+
+/// This side's application options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SideOptions {
+    /// Receives kept posted (`--recvs`, 1 ..= 1024); all are still posted at the disconnect.
+    pub recvs: u32,
+    /// Treat the peer as dead after this many iterations (`--kill-peer-after`).
+    pub kill_peer_after: Option<u32>,
+    /// Longest wait for the peer in the data phase before giving up (`--timeout`).
+    pub timeout: Duration,
+    /// Write every datagram this side sent and received to this pcap file (`--pcap`).
+    pub pcap: Option<PathBuf>,
+}
+
+impl Default for SideOptions {
+    fn default() -> Self {
+        SideOptions {
+            recvs: 4,
+            kill_peer_after: None,
+            timeout: Duration::from_secs(10),
+            pcap: None,
+        }
+    }
+}
+
+impl SideOptions {
+    fn validate(&self) -> Result<(), PingError> {
+        if !(1..=MAX_RECVS).contains(&self.recvs) {
+            return Err(PingError::Options(format!(
+                "--recvs must be 1..={MAX_RECVS}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn validate_params(p: &Params) -> Result<(), PingError> {
+    if !(1..=MAX_SIZE).contains(&p.size) {
+        return Err(PingError::Options(format!("--size must be 1..={MAX_SIZE}")));
+    }
+    Ok(())
+}
+
+fn validate_wire(w: &WireOptions) -> Result<(), PingError> {
+    if !(0.0..=1.0).contains(&w.drop_rate) {
+        return Err(PingError::Options("--drop-rate must be 0..=1".into()));
+    }
+    Ok(())
+}
+
+/// A pcap file that captures are appended to.
+struct PcapSink {
+    path: PathBuf,
+    w: PcapWriter<File>,
+}
+
+impl PcapSink {
+    fn create(path: &Path) -> Result<PcapSink, PingError> {
+        let f = File::create(path)?;
+        let w = PcapWriter::new(f).map_err(|e| PingError::Pcap(e.to_string()))?;
+        Ok(PcapSink {
+            path: path.to_path_buf(),
+            w,
+        })
+    }
+
+    fn write(&mut self, node: &Node) -> Result<(), PingError> {
+        for c in node.take_capture() {
+            self.w
+                .write_datagram(c.at, &c.flow, &c.bytes)
+                .map_err(|e| PingError::Pcap(format!("{}: {e}", self.path.display())))?;
+        }
+        Ok(())
+    }
+}
+
+/// A ping server: a node listening on its UDP socket's address (the rdma_cm port is the UDP
+/// port).
+pub struct Server {
+    node: Node,
+    side: SideOptions,
+    pcap: Option<PcapSink>,
+}
+
+impl Server {
+    /// Binds `listen` (a concrete IP; port 0 for any) and listens.
+    ///
+    /// # Errors
+    /// Bad options; the socket cannot be bound; the pcap file cannot be created.
+    pub fn bind(
+        listen: SocketAddr,
+        side: &SideOptions,
+        wire: &WireOptions,
+    ) -> Result<Server, PingError> {
+        side.validate()?;
+        validate_wire(wire)?;
+        let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
+        let node = Node::new("sim-server", listen, wire, pcap.is_some())?;
+        let (addr, ch) = (node.local_addr(), node.channel());
+        node.handle().with(|ep, _| {
+            let (cm, _) = ep.inner_mut().split();
+            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+            cm.bind_addr(id, addr)?;
+            cm.listen(id, 8)
+        })?;
+        Ok(Server {
+            node,
+            side: side.clone(),
+            pcap,
+        })
+    }
+
+    /// The bound address (print it: `listening on ADDR`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.node.local_addr()
+    }
+
+    /// The node (for the demo's common timeline).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Waits (up to `wait`) for the next ping client and serves it to the end. `Ok(None)`
+    /// when no client came in time.
+    ///
+    /// # Errors
+    /// The capture cannot be written.
+    pub fn serve_one(&mut self, wait: Duration) -> Result<Option<PingReport>, PingError> {
+        let Some(ev) = self.node.next_event(wait) else {
+            return Ok(None);
+        };
+        if ev.event != CmEventType::ConnectRequest {
+            return Ok(None); // a late event of an earlier connection
+        }
+        let t0 = self.node.handle().now();
+        let Some(params) = Params::decode(&ev.param.private_data) else {
+            let id = ev.id;
+            self.node.handle().with(|ep, now| {
+                let (cm, dev) = ep.inner_mut().split();
+                // Not a ping client: refuse it; a failure to refuse changes nothing.
+                let _ = cm.reject(dev, now, id, b"not an rnic ping client");
+                let _ = cm.destroy_id(dev, now, id);
+            });
+            return Ok(None);
+        };
+        let peer = self
+            .node
+            .last_peer()
+            .unwrap_or(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0));
+        let s = Session::new(
+            &self.node,
+            Role::Server,
+            ev.id,
+            peer,
+            params,
+            &self.side,
+            t0,
+            vec![ev],
+        );
+        let report = s.run();
+        if let Some(p) = self.pcap.as_mut() {
+            p.write(&self.node)?;
+        }
+        Ok(Some(report))
+    }
+
+    /// Stops the driver.
+    ///
+    /// # Errors
+    /// The driver ended with a socket error.
+    pub fn shutdown(self) -> Result<(), PingError> {
+        self.node.shutdown()
+    }
+}
+
+/// A ping client: a node on a socket of the local IP that routes to the server.
+pub struct Client {
+    node: Node,
+    side: SideOptions,
+    pcap: Option<PcapSink>,
+}
+
+impl Client {
+    /// Binds a UDP socket (any port) on the local address the OS would use to reach `server`.
+    ///
+    /// # Errors
+    /// Bad options; no route to `server`; the socket cannot be bound; the pcap file cannot be
+    /// created.
+    pub fn bind(
+        server: SocketAddr,
+        side: &SideOptions,
+        wire: &WireOptions,
+    ) -> Result<Client, PingError> {
+        side.validate()?;
+        validate_wire(wire)?;
+        let probe = std::net::UdpSocket::bind(SocketAddr::new(
+            match server {
+                SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
+                SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+            },
+            0,
+        ))?;
+        probe.connect(server)?;
+        let ip = probe.local_addr()?.ip();
+        drop(probe);
+        let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
+        let node = Node::new("sim-client", SocketAddr::new(ip, 0), wire, pcap.is_some())?;
+        node.set_peer(server);
+        Ok(Client {
+            node,
+            side: side.clone(),
+            pcap,
+        })
+    }
+
+    /// The node (for the demo's common timeline).
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Connects to `server` (its UDP socket; the rdma_cm port is the same number) and runs
+    /// the exchange with `params`.
+    ///
+    /// # Errors
+    /// Bad parameters; the CM refuses the id; the capture cannot be written.
+    pub fn run(&mut self, server: SocketAddr, params: Params) -> Result<PingReport, PingError> {
+        validate_params(&params)?;
+        let ch = self.node.channel();
+        let (id, t0) = self.node.handle().with(|ep, now| {
+            let (cm, _) = ep.inner_mut().split();
+            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+            cm.resolve_addr(id, None, server)?;
+            Ok::<_, verbs_core::Error>((id, now))
+        })?;
+        let mut setup = Vec::new();
+        if let Some(ev) = self.node.next_event(self.side.timeout) {
+            setup.push(ev);
+        }
+        let s = Session::new(
+            &self.node,
+            Role::Client,
+            id,
+            server,
+            params,
+            &self.side,
+            t0,
+            setup,
+        );
+        let report = s.run();
+        if let Some(p) = self.pcap.as_mut() {
+            p.write(&self.node)?;
+        }
+        Ok(report)
+    }
+
+    /// Stops the driver.
+    ///
+    /// # Errors
+    /// The driver ended with a socket error.
+    pub fn shutdown(self) -> Result<(), PingError> {
+        self.node.shutdown()
+    }
+}

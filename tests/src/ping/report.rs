@@ -1,0 +1,253 @@
+//! What one side of a ping saw, as a serialisable [`PingReport`], and its text rendering.
+
+use super::wire::FaultStats;
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One CM event as the application got it (`rdma_get_cm_event`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    /// Milliseconds since this side started the connection (client: `rdma_resolve_addr`;
+    /// server: CONNECT_REQUEST).
+    pub t_ms: f64,
+    /// The `rdma_cm_event_type` name without the prefix, e.g. `DISCONNECTED`.
+    pub event: String,
+    /// The event's status: 0, or a negative errno (-110 = ETIMEDOUT).
+    pub status: i32,
+}
+
+/// One step of the disconnect as this side saw it, for the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineEntry {
+    /// Milliseconds since this side started the connection.
+    pub t_ms: f64,
+    /// What happened, in words.
+    pub what: String,
+}
+
+/// Completions polled from the connection's CQ.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CompletionTally {
+    /// Status `IBV_WC_SUCCESS`.
+    pub success: u64,
+    /// Status `IBV_WC_WR_FLUSH_ERR` (5), all queues.
+    pub flushed: u64,
+    /// Receives flushed with `WR_FLUSH_ERR`.
+    pub flushed_recvs: u64,
+    /// Receives still posted when the QP went to ERR.
+    pub recvs_posted_at_err: u64,
+    /// Other statuses, by name (e.g. `RETRY_EXC_ERR`) and count.
+    pub errors: Vec<(String, u64)>,
+    /// Completions for a work request that was not outstanding (a second flush, an unknown id).
+    pub unexpected: u64,
+}
+
+/// A QP state observed with `ibv_query_qp`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QpStateRecord {
+    /// When it was observed.
+    pub when: String,
+    /// `IBV_QPS_*` name without the prefix, e.g. `RTS`.
+    pub state: String,
+}
+
+/// One check and whether it held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckRecord {
+    /// What was checked.
+    pub what: String,
+    /// True when it held.
+    pub ok: bool,
+}
+
+/// Latency of the ping-pong iterations, µs (round trip as the client measures it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latency {
+    /// Iterations measured.
+    pub samples: usize,
+    /// Smallest round trip, µs.
+    pub min_us: f64,
+    /// Median round trip, µs.
+    pub median_us: f64,
+    /// Mean round trip, µs.
+    pub mean_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+}
+
+/// Data-phase throughput (client), payload bytes per second.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Throughput {
+    /// Payload bytes moved by the measured operations.
+    pub bytes: u64,
+    /// Seconds the data phase took.
+    pub seconds: f64,
+    /// Payload megabits per second (10^6 bit/s).
+    pub mbit_per_s: f64,
+}
+
+/// Datagram counters of this side's wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WireRecord {
+    /// Datagrams the NIC sent (before the fault layer).
+    pub nic_tx: u64,
+    /// Datagrams the NIC received (after the fault layer).
+    pub nic_rx: u64,
+    /// What the fault layer dropped.
+    pub faults: FaultStats,
+    /// CM MADs retransmitted (REQ, REP, DREQ … resent after a timeout).
+    pub cm_retransmits: u64,
+    /// RC packets retransmitted after a transport timeout or NAK.
+    pub rc_retransmits: u64,
+}
+
+/// What one side of one connection saw and concluded. `--json` prints it as one object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PingReport {
+    /// `client` or `server`.
+    pub role: String,
+    /// This side's UDP socket.
+    pub local: String,
+    /// The peer's UDP socket.
+    pub peer: String,
+    /// `all`, `send` or `write`.
+    pub op: String,
+    /// Iterations asked for.
+    pub count: u32,
+    /// Bytes per SEND/WRITE/READ.
+    pub size: u32,
+    /// Who disconnects: `client` or `server`.
+    pub disconnect_by: String,
+    /// Iterations completed and verified.
+    pub iterations: u32,
+    /// Bytes compared equal to what the peer wrote or sent.
+    pub bytes_verified: u64,
+    /// CM events in the order the application got them.
+    pub events: Vec<EventRecord>,
+    /// Completions polled.
+    pub completions: CompletionTally,
+    /// QP states observed.
+    pub qp_states: Vec<QpStateRecord>,
+    /// The disconnect, step by step.
+    pub timeline: Vec<TimelineEntry>,
+    /// Round-trip latency (client, `send` and `all` ops).
+    pub latency: Option<Latency>,
+    /// Throughput of the data phase (client).
+    pub throughput: Option<Throughput>,
+    /// Wire counters.
+    pub wire: WireRecord,
+    /// Why the data phase stopped early, if it did.
+    pub stopped: Option<String>,
+    /// Every check.
+    pub checks: Vec<CheckRecord>,
+    /// `PASS` when every check held, else `FAIL`.
+    pub verdict: String,
+    /// Driver time of this side's start of the connection, ns (to merge two sides in one
+    /// process; see [`UdpHandle::epoch`](rnic_sim::fabric::udp::UdpHandle::epoch)).
+    #[serde(skip)]
+    pub t0_ns: u64,
+}
+
+impl PingReport {
+    /// True when every check held.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+
+    /// The report as text, one fact a line, ending with the verdict.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "rnic ping {}: {} <-> {} (op {}, {} × {} B, disconnect by {})",
+            self.role, self.local, self.peer, self.op, self.count, self.size, self.disconnect_by
+        );
+        let _ = writeln!(s, "  CM events:");
+        for e in &self.events {
+            let _ = writeln!(
+                s,
+                "    {:>10.3} ms  {:<16} status {}",
+                e.t_ms, e.event, e.status
+            );
+        }
+        let c = &self.completions;
+        let errors = if c.errors.is_empty() {
+            "0 errors".to_string()
+        } else {
+            c.errors
+                .iter()
+                .map(|(n, k)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "  completions: {} succeeded, {} flushed (WR_FLUSH_ERR; {} of {} posted receives), {}, {} unexpected",
+            c.success, c.flushed, c.flushed_recvs, c.recvs_posted_at_err, errors, c.unexpected
+        );
+        let states: Vec<String> = self
+            .qp_states
+            .iter()
+            .map(|q| format!("{} {}", q.when, q.state))
+            .collect();
+        let _ = writeln!(s, "  QP states: {}", states.join("; "));
+        let _ = writeln!(
+            s,
+            "  data: {} of {} iterations, {} bytes verified",
+            self.iterations, self.count, self.bytes_verified
+        );
+        if let Some(l) = &self.latency {
+            let _ = writeln!(
+                s,
+                "  latency: {} round trips, min {:.1} µs, median {:.1} µs, mean {:.1} µs, p99 {:.1} µs",
+                l.samples, l.min_us, l.median_us, l.mean_us, l.p99_us
+            );
+        }
+        if let Some(t) = &self.throughput {
+            let _ = writeln!(
+                s,
+                "  throughput: {} bytes in {:.3} s = {:.1} Mbit/s",
+                t.bytes, t.seconds, t.mbit_per_s
+            );
+        }
+        let w = &self.wire;
+        let _ = writeln!(
+            s,
+            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx); retransmits: {} CM, {} RC",
+            w.nic_tx,
+            w.nic_rx,
+            w.faults.dropped_tx,
+            w.faults.dropped_rx,
+            w.faults.killed_tx,
+            w.faults.killed_rx,
+            w.cm_retransmits,
+            w.rc_retransmits
+        );
+        if let Some(why) = &self.stopped {
+            let _ = writeln!(s, "  stopped early: {why}");
+        }
+        for c in &self.checks {
+            let _ = writeln!(
+                s,
+                "  check: {} ... {}",
+                c.what,
+                if c.ok { "ok" } else { "FAILED" }
+            );
+        }
+        let _ = writeln!(s, "verdict: {}", self.verdict);
+        s
+    }
+}
+
+/// `CamelCase` → `UPPER_SNAKE` (`WrFlushErr` → `WR_FLUSH_ERR`, `TimewaitExit` →
+/// `TIMEWAIT_EXIT`): the rdma-core spelling of our enum variants' names.
+pub fn upper_snake(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, ch) in camel.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(ch.to_ascii_uppercase());
+    }
+    out
+}

@@ -1,0 +1,1121 @@
+//! One side of one ping connection: a [`Node`] (the host on its UDP driver) and the blocking
+//! application logic that runs the exchange on it and writes the [`PingReport`].
+//!
+//! The application talks to the host only through [`UdpHandle::with`] and waits with
+//! [`UdpHandle::wait_until`] on the fault layer's generation counter, which moves with every
+//! datagram and timeout the driver hands in: no polling loop, no sleep.
+
+use super::report::{
+    upper_snake, CheckRecord, CompletionTally, EventRecord, Latency, PingReport, QpStateRecord,
+    Throughput, TimelineEntry, WireRecord,
+};
+use super::wire::FaultyEndpoint;
+use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
+use crate::host::Host;
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel};
+use cm_core::engine::CmConfig;
+use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::nic::{Captured, SimNic};
+use rnic_sim::{SimDevice, SimDeviceConfig};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+use verbs_core::{
+    AccessFlags, CqHandle, Device, Gid, Mr, PdHandle, Qp, QpCap, QpInitAttr, QpState, RecvWr,
+    SendWr, SimTime, WcStatus, WorkCompletion,
+};
+
+/// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
+pub type PingEndpoint = FaultyEndpoint<Host>;
+
+/// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
+pub const STATUS_ETIMEDOUT: i32 = -110;
+
+/// The connection parameters the client sends in the REQ's private data (16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// What each iteration does.
+    pub op: PingOp,
+    /// Iterations.
+    pub count: u32,
+    /// Bytes per SEND/WRITE/READ.
+    pub size: u32,
+    /// Who calls `rdma_disconnect` first.
+    pub disconnect_by: DisconnectBy,
+}
+
+const MAGIC: &[u8; 4] = b"RNPG";
+
+impl Params {
+    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, 0, count (LE), size (LE).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&[1, self.op as u8, self.disconnect_by as u8, 0]);
+        v.extend_from_slice(&self.count.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v
+    }
+
+    /// Parses [`encode`](Self::encode)'s bytes; `None` for anything else (not a ping client).
+    pub fn decode(b: &[u8]) -> Option<Params> {
+        if b.len() < 16 || &b[..4] != MAGIC || b[4] != 1 {
+            return None;
+        }
+        let op = PingOp::from_u8(b[5])?;
+        let disconnect_by = DisconnectBy::from_u8(b[6])?;
+        let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
+        let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
+        (size >= 1 && size <= super::MAX_SIZE).then_some(Params {
+            op,
+            count,
+            size,
+            disconnect_by,
+        })
+    }
+}
+
+/// The CM configuration of a node at `addr`: a CA GUID and seed unique to the socket (two
+/// processes on one IP differ by port), Linux timers or short ones (`--fast-timers`).
+pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => (u128::from(v6) & 0xffff_ffff) as u64,
+    };
+    let unique = (ip << 16) | u64::from(addr.port());
+    let mut cfg = CmConfig {
+        ca_guid: 0x0002_c900_0000_0000 | (unique & 0xffff_ffff_ffff),
+        seed: unique.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w.seed,
+        path_mtu: w.mtu,
+        ..CmConfig::default()
+    };
+    if w.fast_timers {
+        // PLT 4 ms, ACK delay 4 ms: av.timeout 11 → RC timeout 8.4 ms, TimeWait 8 ms;
+        // DREQ/REQ timeout 2·4 + 16 = 24 ms, 4 retries: -110 after 5 × 24 ms (cm-spec §3.2).
+        cfg.packet_life_time = 10;
+        cfg.ack_delay = 10;
+        cfg.cm_response_timeout = 12;
+        cfg.max_cm_retries = 4;
+    }
+    cfg
+}
+
+/// Upper bound, in ms, of how long an active DREQ can go unanswered before DISCONNECTED
+/// (-110): `(max_cm_retries + 1) × (2·ms(PLT) + ms(response timeout))` (cm-spec §3.2).
+fn dreq_give_up_ms(cfg: &CmConfig) -> u64 {
+    let ms = |t: u8| 1u64 << t.saturating_sub(8);
+    (u64::from(cfg.max_cm_retries) + 1)
+        * (2 * ms(cfg.packet_life_time) + ms(cfg.cm_response_timeout))
+}
+
+/// A simulated host (SimNic + RdmaCm) behind the fault layer, running on a real UDP socket.
+pub struct Node {
+    driver: SpawnedUdpDriver<PingEndpoint>,
+    ch: EventChannel,
+    pd: PdHandle,
+    cfg: CmConfig,
+}
+
+impl Node {
+    /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
+    /// the socket's IP; peers are learned from the wire ([`Host::set_learn_peers`]).
+    ///
+    /// # Errors
+    /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device.
+    pub fn new(
+        name: &str,
+        bind: SocketAddr,
+        wire: &WireOptions,
+        capture: bool,
+    ) -> Result<Node, PingError> {
+        if bind.ip().is_unspecified() {
+            return Err(PingError::Options(format!(
+                "{bind}: give a concrete IP address (the simulated RNIC's GID is derived from it)"
+            )));
+        }
+        let socket = std::net::UdpSocket::bind(bind)?;
+        let addr = socket.local_addr()?;
+        let mut dcfg = SimDeviceConfig::new(name, Gid::from_ip(addr.ip()));
+        dcfg.active_mtu = wire.mtu;
+        let mut nic = SimNic::new(SimDevice::new(dcfg), addr);
+        if capture {
+            nic.start_capture();
+        }
+        let pd = nic.alloc_pd()?;
+        let cfg = cm_config(addr, wire);
+        let mut host = Host::new(nic, cfg)?;
+        host.set_learn_peers(true);
+        let ch = host.split().0.create_event_channel();
+        let ep = FaultyEndpoint::new(host, wire.drop_rate, wire.seed ^ cfg.seed);
+        let driver = UdpDriver::spawn(ep, socket)?;
+        Ok(Node {
+            driver,
+            ch,
+            pd,
+            cfg,
+        })
+    }
+
+    /// The driver handle.
+    pub fn handle(&self) -> &UdpHandle<PingEndpoint> {
+        self.driver.handle()
+    }
+
+    /// The UDP socket's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.driver.local_addr()
+    }
+
+    /// The wall-clock instant of the driver's time zero (to merge two nodes' timelines).
+    pub fn epoch(&self) -> std::time::Instant {
+        self.handle().epoch()
+    }
+
+    /// The UDP socket the last datagram came from (the peer, once it has sent something).
+    pub fn last_peer(&self) -> Option<SocketAddr> {
+        self.handle().with(|ep, _| ep.inner().last_peer())
+    }
+
+    /// The node's event channel.
+    pub fn channel(&self) -> EventChannel {
+        self.ch
+    }
+
+    /// Routes the GID of `peer`'s IP to `peer` (the client, before connecting).
+    pub fn set_peer(&self, peer: SocketAddr) {
+        self.handle().with(|ep, _| {
+            ep.inner_mut()
+                .nic_mut()
+                .set_peer_addr(Gid::from_ip(peer.ip()), peer)
+        });
+    }
+
+    /// The datagrams captured since the last call (empty without `--pcap`).
+    pub fn take_capture(&self) -> Vec<Captured> {
+        self.handle()
+            .with(|ep, _| ep.inner_mut().nic_mut().take_capture())
+    }
+
+    /// The next CM event on the node's channel (acked), waiting at most `timeout`.
+    pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
+        let ch = self.ch;
+        self.handle()
+            .wait_until(timeout, |ep| ep.inner().cm().pending_events(ch) > 0);
+        self.handle().with(|ep, _| get_event(ep, ch))
+    }
+
+    /// Stops the driver.
+    ///
+    /// # Errors
+    /// The driver's receive error, if it ended with one.
+    pub fn shutdown(self) -> Result<(), PingError> {
+        Ok(self.driver.shutdown()?)
+    }
+}
+
+fn get_event(ep: &mut PingEndpoint, ch: EventChannel) -> Option<CmEvent> {
+    let (cm, _) = ep.inner_mut().split();
+    let ev = cm.get_cm_event(ch).ok()?;
+    // Acking an event we hold cannot fail; nothing to do if it did.
+    let _ = cm.ack_cm_event(ev.clone());
+    Some(ev)
+}
+
+/// Why the data phase ended early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stop {
+    /// A work request completed with an error status (the QP is in ERR).
+    Transport(WcStatus),
+    /// DISCONNECTED arrived during the data phase.
+    PeerDisconnected,
+    /// Nothing happened for `--timeout`.
+    Timeout(String),
+    /// A check failed or a verb refused a call.
+    Failed(String),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Transport(s) => write!(f, "a work request completed with {}", wc_name(*s)),
+            Stop::PeerDisconnected => f.write_str("the peer disconnected during the data phase"),
+            Stop::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Stop::Failed(what) => f.write_str(what),
+        }
+    }
+}
+
+/// `IBV_WC_*` name without the prefix.
+pub fn wc_name(s: WcStatus) -> String {
+    upper_snake(&format!("{s:?}"))
+}
+
+fn qp_state_name(s: QpState) -> String {
+    upper_snake(&format!("{s:?}"))
+}
+
+/// Offsets into the connection's MR. Receive slots first, then the SEND buffer, the region
+/// the peer WRITEs into, the region the peer READs from, and a local scratch region (WRITE
+/// source, READ destination).
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    slot: u64,
+    slots: u64,
+    send: u64,
+    write_target: u64,
+    read_source: u64,
+    scratch: u64,
+    len: u64,
+}
+
+/// Bytes of the buffer-info message: write address, read address (u64 LE), rkey, length (u32
+/// LE), magic.
+const INFO_LEN: usize = 28;
+const FIN: &[u8] = b"RNPG-FIN";
+const FIN_ACK: &[u8] = b"RNPG-FIN-ACK";
+
+impl Layout {
+    fn new(size: u32, recvs: u32) -> Layout {
+        let slot = u64::from(size.max(64));
+        let slots = u64::from(recvs);
+        let send = slot * slots;
+        let region = u64::from(size);
+        Layout {
+            slot,
+            slots,
+            send,
+            write_target: send + slot,
+            read_source: send + slot + region,
+            scratch: send + slot + 2 * region,
+            len: send + slot + 3 * region,
+        }
+    }
+}
+
+/// The peer's buffers, from its info message.
+#[derive(Debug, Clone, Copy)]
+struct PeerInfo {
+    write_addr: u64,
+    read_addr: u64,
+    rkey: u32,
+    len: u32,
+}
+
+/// The byte pattern of iteration `i`, message kind `k`, `len` bytes: every byte depends on
+/// its offset, the iteration and the kind, so a stale or misplaced byte is caught.
+pub fn pattern(i: u32, k: u8, len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|j| {
+            let x = j.wrapping_mul(0x9e37_79b1) ^ i.wrapping_mul(0x85eb_ca6b) ^ u32::from(k) << 24;
+            (x >> 24) as u8 ^ (j as u8)
+        })
+        .collect()
+}
+
+const SEND_WR: u64 = 1 << 32;
+
+/// One side of one connection. Built by the client after `rdma_resolve_addr` and by the server
+/// on CONNECT_REQUEST; [`Session::run`] does the rest.
+pub struct Session<'a> {
+    node: &'a Node,
+    role: Role,
+    params: Params,
+    recvs: u32,
+    kill_after: Option<u32>,
+    timeout: Duration,
+    peer: SocketAddr,
+    id: CmIdHandle,
+    qp: Option<Qp>,
+    cq: Option<CqHandle>,
+    mr: Option<Mr>,
+    layout: Layout,
+    peer_info: Option<PeerInfo>,
+    t0: SimTime,
+    pending: VecDeque<CmEvent>,
+    events: Vec<EventRecord>,
+    timeline: Vec<TimelineEntry>,
+    qp_states: Vec<QpStateRecord>,
+    recv_out: BTreeMap<u64, u64>,
+    send_out: BTreeMap<u64, &'static str>,
+    next_wr: u64,
+    messages: VecDeque<Vec<u8>>,
+    tally: CompletionTally,
+    errors: BTreeMap<String, u64>,
+    transport_error: Option<WcStatus>,
+    disconnecting: bool,
+    generation: u64,
+    iterations: u32,
+    bytes_verified: u64,
+    rtts_ns: Vec<u64>,
+    data_ns: Option<(u64, u64)>,
+    stopped: Option<Stop>,
+    failures: Vec<String>,
+    established: bool,
+}
+
+impl<'a> Session<'a> {
+    /// A session on `node` for the id `id` (client: address resolved; server: from a
+    /// CONNECT_REQUEST whose private data gave `params`). `t0` is when the connection started.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node: &'a Node,
+        role: Role,
+        id: CmIdHandle,
+        peer: SocketAddr,
+        params: Params,
+        side: &super::SideOptions,
+        t0: SimTime,
+        setup_events: Vec<CmEvent>,
+    ) -> Session<'a> {
+        let recvs = side.recvs.max(1);
+        let mut s = Session {
+            node,
+            role,
+            params,
+            recvs,
+            kill_after: side.kill_peer_after,
+            timeout: side.timeout,
+            peer,
+            id,
+            qp: None,
+            cq: None,
+            mr: None,
+            layout: Layout::new(params.size, recvs),
+            peer_info: None,
+            t0,
+            pending: VecDeque::new(),
+            events: Vec::new(),
+            timeline: Vec::new(),
+            qp_states: Vec::new(),
+            recv_out: BTreeMap::new(),
+            send_out: BTreeMap::new(),
+            next_wr: 1,
+            messages: VecDeque::new(),
+            tally: CompletionTally::default(),
+            errors: BTreeMap::new(),
+            transport_error: None,
+            disconnecting: false,
+            generation: 0,
+            iterations: 0,
+            bytes_verified: 0,
+            rtts_ns: Vec::new(),
+            data_ns: None,
+            stopped: None,
+            failures: Vec::new(),
+            established: false,
+        };
+        for ev in setup_events {
+            s.record_event(&ev, t0);
+        }
+        s
+    }
+
+    fn h(&self) -> &UdpHandle<PingEndpoint> {
+        self.node.handle()
+    }
+
+    fn ms(&self, now: SimTime) -> f64 {
+        now.as_nanos().saturating_sub(self.t0.as_nanos()) as f64 / 1e6
+    }
+
+    fn record_event(&mut self, ev: &CmEvent, now: SimTime) {
+        self.events.push(EventRecord {
+            t_ms: self.ms(now),
+            event: upper_snake(&format!("{:?}", ev.event)),
+            status: ev.status,
+        });
+    }
+
+    fn note(&mut self, now: SimTime, what: String) {
+        self.timeline.push(TimelineEntry {
+            t_ms: self.ms(now),
+            what,
+        });
+    }
+
+    fn qp_state(&mut self, when: &str) -> Option<QpState> {
+        let qp = self.qp?;
+        let st = self
+            .h()
+            .with(|ep, _| ep.inner().nic().query_qp(qp.handle).ok())
+            .map(|(a, _)| a.qp_state)?;
+        self.qp_states.push(QpStateRecord {
+            when: when.to_string(),
+            state: qp_state_name(st),
+        });
+        Some(st)
+    }
+
+    /// Creates the CQ, MR and QP (`rdma_create_qp`) and posts the receives.
+    fn create_resources(&mut self) -> Result<(), Stop> {
+        let pd = self.node.pd;
+        let len = self.layout.len as usize;
+        let depth = self.recvs + 8;
+        let id = self.id;
+        let res = self.h().with(|ep, _| {
+            let (cm, dev) = ep.inner_mut().split();
+            let access =
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+            let mr = dev.reg_mr(pd, len, access)?;
+            let cq = dev.create_cq(2 * depth + 16, None)?;
+            let init = QpInitAttr::rc(cq, cq, QpCap::uniform(depth, 1, 0), true);
+            let qp = cm.create_qp(dev, id, pd, &init)?;
+            Ok::<_, verbs_core::Error>((mr, cq, qp))
+        });
+        let (mr, cq, qp) = res.map_err(|e| Stop::Failed(format!("creating resources: {e}")))?;
+        self.mr = Some(mr);
+        self.cq = Some(cq);
+        self.qp = Some(qp);
+        for slot in 0..self.layout.slots {
+            self.post_recv(slot)?;
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, slot: u64) -> Result<(), Stop> {
+        let (Some(qp), Some(mr)) = (self.qp, self.mr) else {
+            return Err(Stop::Failed("no QP".into()));
+        };
+        let wr_id = self.next_wr;
+        self.next_wr += 1;
+        let sge = mr.sge(slot * self.layout.slot, self.layout.slot as u32);
+        self.h()
+            .with(|ep, _| {
+                ep.inner_mut()
+                    .nic_mut()
+                    .post_recv(qp.handle, &[RecvWr::new(wr_id, vec![sge])])
+            })
+            .map_err(|e| Stop::Failed(format!("ibv_post_recv: {}", e.error)))?;
+        self.recv_out.insert(wr_id, slot);
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` of the MR (the application's store).
+    fn store(&self, offset: u64, data: &[u8]) -> Result<(), Stop> {
+        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
+        self.h()
+            .with(|ep, _| ep.inner_mut().nic_mut().mr_write(mr.handle, offset, data))
+            .map_err(|e| Stop::Failed(format!("mr_write: {e}")))
+    }
+
+    fn load(&self, offset: u64, len: u32) -> Result<Vec<u8>, Stop> {
+        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
+        let mut buf = vec![0u8; len as usize];
+        self.h()
+            .with(|ep, _| ep.inner().nic().mr_read(mr.handle, offset, &mut buf))
+            .map_err(|e| Stop::Failed(format!("mr_read: {e}")))?;
+        Ok(buf)
+    }
+
+    /// Posts one signalled send WR built by `make(wr_id, mr)`; returns its wr_id.
+    fn post_send(
+        &mut self,
+        what: &'static str,
+        make: impl FnOnce(u64, &Mr) -> SendWr,
+    ) -> Result<u64, Stop> {
+        let (Some(qp), Some(mr)) = (self.qp, self.mr) else {
+            return Err(Stop::Failed("no QP".into()));
+        };
+        let wr_id = SEND_WR | self.next_wr;
+        self.next_wr += 1;
+        let wr = make(wr_id, &mr);
+        self.h()
+            .with(|ep, _| ep.inner_mut().nic_mut().post_send(qp.handle, &[wr]))
+            .map_err(|e| Stop::Failed(format!("ibv_post_send ({what}): {}", e.error)))?;
+        self.send_out.insert(wr_id, what);
+        Ok(wr_id)
+    }
+
+    /// SEND of `data` from the send buffer.
+    fn send(&mut self, data: &[u8]) -> Result<u64, Stop> {
+        self.store(self.layout.send, data)?;
+        let (off, len) = (self.layout.send, data.len() as u32);
+        self.post_send("SEND", |id, mr| SendWr::send(id, vec![mr.sge(off, len)]))
+    }
+
+    /// Polls the CQ and the event channel once; reads and re-posts consumed receives.
+    fn pump(&mut self) -> Result<(), Stop> {
+        let (ch, cq) = (self.node.ch, self.cq);
+        let (wcs, evs, generation, now) = self.h().with(|ep, now| {
+            let mut wcs: Vec<WorkCompletion> = Vec::new();
+            if let Some(cq) = cq {
+                while ep.inner_mut().nic_mut().poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
+            }
+            let mut evs = Vec::new();
+            while let Some(ev) = get_event(ep, ch) {
+                evs.push(ev);
+            }
+            (wcs, evs, ep.generation(), now)
+        });
+        self.generation = generation;
+        for ev in evs {
+            self.record_event(&ev, now);
+            self.pending.push_back(ev);
+        }
+        for wc in wcs {
+            self.complete(&wc)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, wc: &WorkCompletion) -> Result<(), Stop> {
+        match wc.status {
+            WcStatus::Success => self.tally.success += 1,
+            WcStatus::WrFlushErr => self.tally.flushed += 1,
+            other => {
+                *self.errors.entry(wc_name(other)).or_insert(0) += 1;
+                self.transport_error.get_or_insert(other);
+            }
+        }
+        if let Some(slot) = self.recv_out.remove(&wc.wr_id) {
+            match wc.status {
+                WcStatus::Success => {
+                    let off = slot * self.layout.slot;
+                    let data = self.load(off, wc.byte_len)?;
+                    self.messages.push_back(data);
+                    if !self.disconnecting {
+                        self.post_recv(slot)?;
+                    }
+                }
+                WcStatus::WrFlushErr => self.tally.flushed_recvs += 1,
+                _ => {}
+            }
+        } else if self.send_out.remove(&wc.wr_id).is_none() {
+            self.tally.unexpected += 1;
+        }
+        Ok(())
+    }
+
+    /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
+    /// `--timeout` without progress ends the wait with the reason.
+    fn wait(&mut self, what: &str, cond: impl Fn(&Session<'_>) -> bool) -> Result<(), Stop> {
+        let limit = self.h().now().plus_nanos(self.timeout.as_nanos() as u64);
+        loop {
+            self.pump()?;
+            if cond(self) {
+                return Ok(());
+            }
+            if !self.disconnecting {
+                if let Some(s) = self.transport_error {
+                    return Err(Stop::Transport(s));
+                }
+                if self
+                    .pending
+                    .iter()
+                    .any(|e| e.event == CmEventType::Disconnected)
+                {
+                    return Err(Stop::PeerDisconnected);
+                }
+            }
+            let now = self.h().now();
+            if now >= limit {
+                return Err(Stop::Timeout(what.to_string()));
+            }
+            let g = self.generation;
+            let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
+            let ch = self.node.ch;
+            self.h().wait_until(left, |ep| {
+                ep.generation() != g || ep.inner().cm().pending_events(ch) > 0
+            });
+        }
+    }
+
+    /// Waits for the next CM event, which must be `want`.
+    fn expect_event(&mut self, want: CmEventType) -> Result<CmEvent, Stop> {
+        let name = upper_snake(&format!("{want:?}"));
+        self.wait(&name, |s| !s.pending.is_empty())?;
+        let ev = self
+            .pending
+            .pop_front()
+            .ok_or_else(|| Stop::Failed("no event".into()))?;
+        if ev.event != want {
+            return Err(Stop::Failed(format!(
+                "expected {name}, got {:?} (status {})",
+                ev.event, ev.status
+            )));
+        }
+        Ok(ev)
+    }
+
+    fn next_message(&mut self, what: &str) -> Result<Vec<u8>, Stop> {
+        self.wait(what, |s| !s.messages.is_empty())?;
+        self.messages
+            .pop_front()
+            .ok_or_else(|| Stop::Failed("no message".into()))
+    }
+
+    fn wait_send(&mut self, wr_id: u64, what: &str) -> Result<(), Stop> {
+        self.wait(what, |s| !s.send_out.contains_key(&wr_id))
+    }
+
+    fn verify(&mut self, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stop> {
+        if got != want {
+            let at = got.iter().zip(want).position(|(a, b)| a != b);
+            return Err(Stop::Failed(format!(
+                "{what}: {} bytes received, {} expected, first difference at {at:?}",
+                got.len(),
+                want.len()
+            )));
+        }
+        self.bytes_verified += want.len() as u64;
+        Ok(())
+    }
+
+    /// Kills the peer (fault layer) when `at` is the `--kill-peer-after` point: iteration
+    /// `at` is about to start (server: its request has arrived), or `at` = count (the close).
+    fn maybe_kill(&mut self, at: u32) {
+        if self.kill_after.map(|k| k.min(self.params.count)) == Some(at) {
+            let now = self.h().with(|ep, now| {
+                ep.kill_peer();
+                now
+            });
+            self.note(
+                now,
+                format!("--kill-peer-after: the peer is dead from iteration {at} on"),
+            );
+        }
+    }
+
+    /// The client's connect: QP, receives, `rdma_connect` with the parameters, ESTABLISHED.
+    fn client_connect(&mut self) -> Result<(), Stop> {
+        let id = self.id;
+        self.h()
+            .with(|ep, _| ep.inner_mut().split().0.resolve_route(id))
+            .map_err(|e| Stop::Failed(format!("rdma_resolve_route: {e}")))?;
+        self.expect_event(CmEventType::RouteResolved)?;
+        self.create_resources()?;
+        let param = ConnParam {
+            private_data: self.params.encode(),
+            ..conn_param()
+        };
+        self.h()
+            .with(|ep, now| {
+                let (cm, dev) = ep.inner_mut().split();
+                cm.connect(dev, now, id, &param)
+            })
+            .map_err(|e| Stop::Failed(format!("rdma_connect: {e}")))?;
+        self.expect_event(CmEventType::Established)?;
+        Ok(())
+    }
+
+    /// The server's accept: QP, receives, `rdma_accept`, ESTABLISHED.
+    fn server_accept(&mut self) -> Result<(), Stop> {
+        self.create_resources()?;
+        let id = self.id;
+        self.h()
+            .with(|ep, now| {
+                let (cm, dev) = ep.inner_mut().split();
+                cm.accept(dev, now, id, &conn_param())
+            })
+            .map_err(|e| Stop::Failed(format!("rdma_accept: {e}")))?;
+        self.expect_event(CmEventType::Established)?;
+        Ok(())
+    }
+
+    /// Sends this side's buffer info and receives the peer's.
+    fn exchange_info(&mut self) -> Result<(), Stop> {
+        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
+        let mut info = Vec::with_capacity(INFO_LEN);
+        info.extend_from_slice(&(mr.addr + self.layout.write_target).to_le_bytes());
+        info.extend_from_slice(&(mr.addr + self.layout.read_source).to_le_bytes());
+        info.extend_from_slice(&mr.rkey.to_le_bytes());
+        info.extend_from_slice(&self.params.size.to_le_bytes());
+        info.extend_from_slice(MAGIC);
+        let wr = self.send(&info)?;
+        let msg = self.next_message("the peer's buffer info")?;
+        self.wait_send(wr, "the info SEND's completion")?;
+        let bad = || Stop::Failed(format!("bad buffer info message ({} bytes)", msg.len()));
+        if msg.len() != INFO_LEN || &msg[24..28] != MAGIC {
+            return Err(bad());
+        }
+        let u64_at = |o: usize| msg[o..o + 8].try_into().map(u64::from_le_bytes);
+        let u32_at = |o: usize| msg[o..o + 4].try_into().map(u32::from_le_bytes);
+        let p = PeerInfo {
+            write_addr: u64_at(0).map_err(|_| bad())?,
+            read_addr: u64_at(8).map_err(|_| bad())?,
+            rkey: u32_at(16).map_err(|_| bad())?,
+            len: u32_at(20).map_err(|_| bad())?,
+        };
+        if p.len != self.params.size {
+            return Err(Stop::Failed(format!(
+                "peer buffers are {} bytes, {} expected",
+                p.len, self.params.size
+            )));
+        }
+        self.peer_info = Some(p);
+        Ok(())
+    }
+
+    fn peer(&self) -> Result<PeerInfo, Stop> {
+        self.peer_info
+            .ok_or_else(|| Stop::Failed("no peer info".into()))
+    }
+
+    /// The client's iterations and closing FIN / FIN-ACK.
+    fn client_data(&mut self) -> Result<(), Stop> {
+        let (size, l) = (self.params.size, self.layout);
+        let start = self.h().now();
+        for i in 0..self.params.count {
+            self.maybe_kill(i);
+            let p = self.peer()?;
+            let t = self.h().now();
+            if matches!(self.params.op, PingOp::All | PingOp::Write) {
+                self.store(l.scratch, &pattern(i, b'W', size))?;
+                let wr = self.post_send("RDMA WRITE", |id, mr| {
+                    SendWr::rdma_write(id, vec![mr.sge(l.scratch, size)], p.write_addr, p.rkey)
+                })?;
+                if self.params.op == PingOp::Write {
+                    self.wait_send(wr, "the RDMA WRITE's completion")?;
+                }
+            }
+            if matches!(self.params.op, PingOp::All | PingOp::Send) {
+                let wr = self.send(&pattern(i, b'S', size))?;
+                let pong = self.next_message("the server's reply SEND")?;
+                self.rtts_ns.push(self.h().now().as_nanos() - t.as_nanos());
+                self.verify("reply SEND", &pong, &pattern(i, b'P', size))?;
+                self.wait_send(wr, "the SEND's completion")?;
+            }
+            if self.params.op == PingOp::All {
+                let wr = self.post_send("RDMA READ", |id, mr| {
+                    SendWr::rdma_read(id, vec![mr.sge(l.scratch, size)], p.read_addr, p.rkey)
+                })?;
+                self.wait_send(wr, "the RDMA READ's completion")?;
+                let got = self.load(l.scratch, size)?;
+                self.verify("RDMA READ", &got, &pattern(i, b'R', size))?;
+            }
+            self.iterations = i + 1;
+        }
+        self.data_ns = Some((start.as_nanos(), self.h().now().as_nanos()));
+        self.maybe_kill(self.params.count);
+        let wr = self.send(FIN)?;
+        let ack = self.next_message("FIN-ACK")?;
+        if ack != FIN_ACK {
+            return Err(Stop::Failed("expected FIN-ACK".into()));
+        }
+        self.wait_send(wr, "the FIN's completion")?;
+        Ok(())
+    }
+
+    /// The server's side of the iterations and the closing FIN / FIN-ACK.
+    fn server_data(&mut self) -> Result<(), Stop> {
+        let (size, l) = (self.params.size, self.layout);
+        let op = self.params.op;
+        if op != PingOp::Write {
+            for i in 0..self.params.count {
+                let msg = self.next_message("the client's SEND")?;
+                self.verify("SEND", &msg, &pattern(i, b'S', size))?;
+                if op == PingOp::All {
+                    // The WRITE was posted before the SEND on the same QP: it has landed.
+                    let got = self.load(l.write_target, size)?;
+                    self.verify("RDMA WRITE", &got, &pattern(i, b'W', size))?;
+                    self.store(l.read_source, &pattern(i, b'R', size))?;
+                }
+                self.maybe_kill(i);
+                let wr = self.send(&pattern(i, b'P', size))?;
+                self.wait_send(wr, "the reply SEND's completion")?;
+                self.iterations = i + 1;
+            }
+        }
+        let fin = self.next_message("FIN")?;
+        if fin != FIN {
+            return Err(Stop::Failed("expected FIN".into()));
+        }
+        if op == PingOp::Write {
+            if let Some(last) = self.params.count.checked_sub(1) {
+                let got = self.load(l.write_target, size)?;
+                self.verify("last RDMA WRITE", &got, &pattern(last, b'W', size))?;
+            }
+            self.iterations = self.params.count;
+        }
+        self.maybe_kill(self.params.count);
+        let wr = self.send(FIN_ACK)?;
+        self.wait_send(wr, "the FIN-ACK's completion")?;
+        Ok(())
+    }
+
+    fn rdma_disconnect(&mut self, why: &str) {
+        let id = self.id;
+        let posted = self.recv_out.len() as u64;
+        let (r, now) = self.h().with(|ep, now| {
+            let (cm, dev) = ep.inner_mut().split();
+            (cm.disconnect(dev, now, id), now)
+        });
+        if let Err(e) = r {
+            self.failures.push(format!("rdma_disconnect failed: {e}"));
+        }
+        self.disconnecting = true;
+        let flushed_before = self.tally.flushed_recvs;
+        let _ = self.pump();
+        let st = self.qp_state("after rdma_disconnect");
+        if self.tally.recvs_posted_at_err == 0 {
+            self.tally.recvs_posted_at_err = posted + flushed_before;
+        }
+        self.note(
+            now,
+            format!(
+                "rdma_disconnect ({why}) → QP {}; {} receives flushed (WR_FLUSH_ERR)",
+                st.map_or("?".into(), qp_state_name),
+                self.tally.flushed_recvs - flushed_before,
+            ),
+        );
+    }
+
+    /// The disconnect: initiate or answer, then DISCONNECTED and TIMEWAIT_EXIT.
+    fn teardown(&mut self, initiate: bool) -> (Option<i32>, bool) {
+        let why = match &self.stopped {
+            Some(s) => format!("after: {s}"),
+            None => "--disconnect-by".to_string(),
+        };
+        // The receives the QP held when it went to ERR (a transport error may have got there
+        // first).
+        if self.transport_error.is_some() {
+            self.tally.recvs_posted_at_err = self.recv_out.len() as u64 + self.tally.flushed_recvs;
+        }
+        if initiate {
+            self.rdma_disconnect(&why);
+        }
+        self.disconnecting = true;
+        let give_up = Duration::from_millis(2 * dreq_give_up_ms(&self.node.cfg) + 1000);
+        self.timeout = self.timeout.max(give_up);
+        let status = match self.expect_event(CmEventType::Disconnected) {
+            Ok(ev) => {
+                let now = self.h().now();
+                let st = if initiate {
+                    None
+                } else {
+                    self.qp_state("on DISCONNECTED")
+                };
+                self.note(
+                    now,
+                    format!(
+                        "DISCONNECTED (status {}){}",
+                        ev.status,
+                        st.map_or(String::new(), |s| format!(", QP still {}", qp_state_name(s)))
+                    ),
+                );
+                Some(ev.status)
+            }
+            Err(e) => {
+                self.failures.push(format!("DISCONNECTED: {e}"));
+                None
+            }
+        };
+        if !initiate {
+            self.rdma_disconnect("answering the peer's DREQ");
+        }
+        let exited = match self.expect_event(CmEventType::TimewaitExit) {
+            Ok(_) => {
+                let now = self.h().now();
+                self.note(now, "TIMEWAIT_EXIT".into());
+                true
+            }
+            Err(e) => {
+                self.failures.push(format!("TIMEWAIT_EXIT: {e}"));
+                false
+            }
+        };
+        let _ = self.pump();
+        (status, exited)
+    }
+
+    fn destroy(&mut self) {
+        let (id, qp, cq, mr) = (self.id, self.qp, self.cq, self.mr);
+        self.h().with(|ep, now| {
+            let (cm, dev) = ep.inner_mut().split();
+            // Teardown errors change nothing in the report: the checks were made before.
+            if let Some(qp) = qp {
+                let _ = dev.destroy_qp(qp.handle);
+                let _ = cm.detach_qp(id);
+            }
+            let _ = cm.destroy_id(dev, now, id);
+            if let Some(cq) = cq {
+                let _ = dev.destroy_cq(cq);
+            }
+            if let Some(mr) = mr {
+                let _ = dev.dereg_mr(mr.handle);
+            }
+        });
+    }
+
+    /// Runs the connection to the end and returns the report. The server's session starts
+    /// at CONNECT_REQUEST, the client's after ADDR_RESOLVED.
+    pub fn run(mut self) -> PingReport {
+        let res = match self.role {
+            Role::Client => self.client_connect(),
+            Role::Server => self.server_accept(),
+        };
+        let res = res.and_then(|()| {
+            self.established = true;
+            let _ = self.qp_state("after ESTABLISHED");
+            self.exchange_info()?;
+            match self.role {
+                Role::Client => self.client_data(),
+                Role::Server => self.server_data(),
+            }
+        });
+        if let Err(stop) = res {
+            self.stopped = Some(stop);
+        }
+        let we_disconnect = match &self.stopped {
+            None => self.params.disconnect_by.role() == self.role,
+            // A dead QP or a silent peer: this side disconnects now. A DISCONNECTED already
+            // queued is answered instead.
+            Some(Stop::PeerDisconnected) => false,
+            Some(_) => self.established || self.qp.is_some(),
+        };
+        let (status, exited) = if self.established || self.stopped.is_some() && self.qp.is_some()
+        {
+            self.teardown(we_disconnect)
+        } else {
+            (None, false)
+        };
+        let final_state = self.qp_state("at the end");
+        self.destroy();
+        self.report(status, exited, final_state, we_disconnect)
+    }
+
+    fn report(
+        mut self,
+        status: Option<i32>,
+        exited: bool,
+        final_state: Option<QpState>,
+        we_disconnect: bool,
+    ) -> PingReport {
+        let mut checks = Vec::new();
+        let mut check = |what: String, ok: bool| checks.push(CheckRecord { what, ok });
+        let killed = self.kill_after.is_some();
+        check("connection ESTABLISHED".into(), self.established);
+        if killed {
+            let retry = self.errors.contains_key("RETRY_EXC_ERR");
+            check(
+                "after --kill-peer-after, an RC operation ended with RETRY_EXC_ERR (12)".into(),
+                retry,
+            );
+            check(
+                format!(
+                    "DREQ retries ran out: DISCONNECTED with status {STATUS_ETIMEDOUT} (ETIMEDOUT), got {status:?}"
+                ),
+                status == Some(STATUS_ETIMEDOUT),
+            );
+        } else {
+            let stop = self.stopped.as_ref().map(|s| format!(" (stopped: {s})"));
+            check(
+                format!(
+                    "all {} iterations done, every byte verified ({} bytes){}",
+                    self.params.count,
+                    self.bytes_verified,
+                    stop.unwrap_or_default()
+                ),
+                self.stopped.is_none() && self.iterations == self.params.count,
+            );
+            check(
+                format!("DISCONNECTED with status 0, got {status:?}"),
+                status == Some(0),
+            );
+            check(
+                "no completion with an error other than WR_FLUSH_ERR".into(),
+                self.errors.is_empty(),
+            );
+        }
+        check("TIMEWAIT_EXIT after DISCONNECTED".into(), exited);
+        check(
+            format!(
+                "QP in ERR after {}rdma_disconnect, got {}",
+                if we_disconnect { "our " } else { "answering with " },
+                final_state.map_or("?".into(), qp_state_name)
+            ),
+            final_state == Some(QpState::Err),
+        );
+        let posted = self.tally.recvs_posted_at_err;
+        check(
+            format!(
+                "every still-posted receive ({posted}) flushed with WR_FLUSH_ERR exactly once ({} flushed, {} unexpected, {} still outstanding)",
+                self.tally.flushed_recvs,
+                self.tally.unexpected,
+                self.recv_out.len()
+            ),
+            posted > 0
+                && self.tally.flushed_recvs == posted
+                && self.tally.unexpected == 0
+                && self.recv_out.is_empty(),
+        );
+        for f in &self.failures {
+            check(f.clone(), false);
+        }
+        self.tally.errors = std::mem::take(&mut self.errors).into_iter().collect();
+        let latency = latency(&mut self.rtts_ns);
+        let throughput = self.data_ns.and_then(|(a, b)| {
+            let moved = match self.params.op {
+                PingOp::Write => u64::from(self.iterations) * u64::from(self.params.size),
+                _ => return None,
+            };
+            let seconds = b.saturating_sub(a) as f64 / 1e9;
+            (seconds > 0.0).then(|| Throughput {
+                bytes: moved,
+                seconds,
+                mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
+            })
+        });
+        let wire = self.h().with(|ep, _| {
+            let host = ep.inner();
+            let nic = host.nic().datagram_counters();
+            WireRecord {
+                nic_tx: nic.tx_datagrams,
+                nic_rx: nic.rx_datagrams,
+                faults: ep.stats(),
+                cm_retransmits: host.cm().counters().tx_retransmits,
+                rc_retransmits: host.nic().device().counters().retries,
+            }
+        });
+        let passed = checks.iter().all(|c| c.ok);
+        PingReport {
+            role: self.role.name().into(),
+            local: self.node.local_addr().to_string(),
+            peer: self.peer.to_string(),
+            op: self.params.op.name().into(),
+            count: self.params.count,
+            size: self.params.size,
+            disconnect_by: self.params.disconnect_by.role().name().into(),
+            iterations: self.iterations,
+            bytes_verified: self.bytes_verified,
+            events: self.events,
+            completions: self.tally,
+            qp_states: self.qp_states,
+            timeline: self.timeline,
+            latency,
+            throughput,
+            wire,
+            stopped: self.stopped.map(|s| s.to_string()),
+            checks,
+            verdict: if passed { "PASS" } else { "FAIL" }.into(),
+            t0_ns: self.t0.as_nanos(),
+        }
+    }
+}
+
+fn latency(ns: &mut [u64]) -> Option<Latency> {
+    if ns.is_empty() {
+        return None;
+    }
+    ns.sort_unstable();
+    let us = |v: u64| v as f64 / 1e3;
+    let n = ns.len();
+    Some(Latency {
+        samples: n,
+        min_us: us(ns[0]),
+        median_us: us(ns[n / 2]),
+        mean_us: ns.iter().sum::<u64>() as f64 / n as f64 / 1e3,
+        p99_us: us(ns[(n * 99 / 100).min(n - 1)]),
+    })
+}
+
+/// The connection parameters both sides use: one RDMA READ in flight, retry_cnt 7, RNR retry
+/// 7 (infinite).
+pub fn conn_param() -> ConnParam {
+    ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
