@@ -1,10 +1,17 @@
 //! The README's main job reflects real objects: its figures follow its options.
 
 use rnic_testbed::demo::{run, DemoOptions};
-use verbs_core::{Mtu, WcStatus};
+use verbs_core::Mtu;
 
 fn opts(size: u32, recvs: u32, mtu: Mtu) -> DemoOptions {
-    DemoOptions { size, recvs, mtu }
+    DemoOptions {
+        size,
+        recvs,
+        mtu,
+        count: 1,
+        fast_timers: true,
+        ..DemoOptions::default()
+    }
 }
 
 #[test]
@@ -12,6 +19,11 @@ fn demo_passes_with_default_options() {
     let r = run(&DemoOptions::default()).unwrap();
     assert!(r.passed(), "{}", r.transcript);
     assert!(r.transcript.contains("verdict: PASS"));
+    // The transcript ends with the disconnect timeline of both sides.
+    let timeline = r.transcript.split("disconnect timeline").nth(1).unwrap();
+    for step in ["client  rdma_disconnect", "server  DISCONNECTED (status 0), QP still RTS", "server  rdma_disconnect", "client  DISCONNECTED (status 0)", "TIMEWAIT_EXIT"] {
+        assert!(timeline.contains(step), "{step:?} missing:\n{}", r.transcript);
+    }
 }
 
 #[test]
@@ -19,23 +31,23 @@ fn demo_bytes_verified_follow_the_buffer_size() {
     for size in [1u32, 100, 4096, 10_000] {
         let r = run(&opts(size, 2, Mtu::Mtu1024)).unwrap();
         assert!(r.passed(), "{}", r.transcript);
-        // SEND + WRITE + READ, each `size` bytes, every byte compared.
-        assert_eq!(r.bytes_verified, 3 * u64::from(size));
+        // One iteration: the server checks the WRITE and the SEND, the client the reply and
+        // the READ, each `size` bytes, every byte compared.
+        assert_eq!(r.bytes_verified, 4 * u64::from(size));
     }
 }
 
 #[test]
 fn demo_flushes_exactly_the_outstanding_receives() {
-    for recvs in [0u32, 1, 7] {
+    for recvs in [1u32, 7] {
         let r = run(&opts(512, recvs, Mtu::Mtu1024)).unwrap();
-        let flushed = r
-            .completions
-            .iter()
-            .filter(|(dev, wc)| dev == "sim1" && wc.status == WcStatus::WrFlushErr)
-            .count();
-        // The outstanding receives plus the one posted after the QP entered ERR.
-        assert_eq!(flushed, recvs as usize + 1, "{}", r.transcript);
         assert!(r.passed(), "{}", r.transcript);
+        for side in [&r.client, &r.server] {
+            // Every receive still posted at the disconnect, each flushed once; nothing else.
+            assert_eq!(side.completions.flushed_recvs, u64::from(recvs));
+            assert_eq!(side.completions.recvs_posted_at_err, u64::from(recvs));
+            assert_eq!(side.completions.unexpected, 0);
+        }
     }
 }
 
@@ -56,5 +68,6 @@ fn demo_packet_count_follows_the_path_mtu() {
 #[test]
 fn demo_rejects_out_of_range_options() {
     assert!(run(&opts(0, 1, Mtu::Mtu1024)).is_err());
+    assert!(run(&opts(4096, 0, Mtu::Mtu1024)).is_err());
     assert!(run(&opts(4096, 5000, Mtu::Mtu1024)).is_err());
 }

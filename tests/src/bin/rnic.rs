@@ -15,13 +15,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Two simulated RNICs exchange a SEND, an RDMA WRITE and an RDMA READ; then one QP is moved
-    /// to ERR with receives outstanding and the flush is shown. Exits non-zero if a check fails.
+    /// `ping` with both ends in one process over loopback UDP: CM connect, RDMA WRITE, SEND and
+    /// RDMA READ with every byte checked, disconnect with receives posted, then the disconnect
+    /// timeline of both sides. Exits non-zero if a check fails.
     Demo {
         /// Bytes moved by each SEND, WRITE and READ (1..=1048576).
         #[arg(long, default_value_t = 4096)]
         size: u32,
-        /// Receives left outstanding when the QP is moved to ERR (0..=1024).
+        /// Receives each side keeps posted, all flushed at the disconnect (1..=1024).
         #[arg(long, default_value_t = 4)]
         recvs: u32,
         /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
                 size,
                 recvs,
                 mtu: mtu(m),
+                ..DemoOptions::default()
             }) {
                 Ok(report) => {
                     print!("{}", report.transcript);
