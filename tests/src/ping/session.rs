@@ -647,6 +647,16 @@ impl<'a> Session<'a> {
         self.wait(what, |s| !s.send_out.contains_key(&wr_id))
     }
 
+    /// The last SEND of the data phase: its completion, or the peer's DISCONNECTED. The peer
+    /// may have got the message while its ACK was lost; it then disconnects before our
+    /// retransmission is acknowledged, and the WR is flushed in the teardown.
+    fn wait_closing_send(&mut self, wr_id: u64, what: &str) -> Result<(), Stop> {
+        self.wait(what, |s| {
+            !s.send_out.contains_key(&wr_id)
+                || s.pending.iter().any(|e| e.event == CmEventType::Disconnected)
+        })
+    }
+
     fn verify(&mut self, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stop> {
         if got != want {
             let at = got.iter().zip(want).position(|(a, b)| a != b);
@@ -791,8 +801,7 @@ impl<'a> Session<'a> {
         if ack != FIN_ACK {
             return Err(Stop::Failed("expected FIN-ACK".into()));
         }
-        self.wait_send(wr, "the FIN's completion")?;
-        Ok(())
+        self.wait_closing_send(wr, "the FIN's completion")
     }
 
     /// The server's side of the iterations and the closing FIN / FIN-ACK.
@@ -828,8 +837,7 @@ impl<'a> Session<'a> {
         }
         self.maybe_kill(self.params.count);
         let wr = self.send(FIN_ACK)?;
-        self.wait_send(wr, "the FIN-ACK's completion")?;
-        Ok(())
+        self.wait_closing_send(wr, "the FIN-ACK's completion")
     }
 
     fn rdma_disconnect(&mut self, why: &str) {
@@ -960,10 +968,9 @@ impl<'a> Session<'a> {
             // A dead QP or a silent peer: this side disconnects now. A DISCONNECTED already
             // queued is answered instead.
             Some(Stop::PeerDisconnected) => false,
-            Some(_) => self.established || self.qp.is_some(),
+            Some(_) => true,
         };
-        let (status, exited) = if self.established || self.stopped.is_some() && self.qp.is_some()
-        {
+        let (status, exited) = if self.established {
             self.teardown(we_disconnect)
         } else {
             (None, false)

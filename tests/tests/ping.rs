@@ -1,0 +1,498 @@
+//! `rnic ping` as users run it: the built `rnic` binary, server and client as two OS processes
+//! on real UDP sockets (loopback, and two network namespaces joined by a veth pair where the
+//! machine allows it). The server prints `listening on ADDR` (or `{"listening":ADDR}` with
+//! `--json`) once it listens; the tests wait for that line, never for time.
+//!
+//! Also here, `#[ignore]`d: the latency/throughput benchmark next to a plain UDP ping-pong and
+//! qperf (docs/performance.md):
+//!
+//!     cargo test --release -p rnic-testbed --test ping -- --ignored --nocapture
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
+
+/// A server process and its stdout after the readiness line.
+struct ServerProc {
+    child: Child,
+    out: BufReader<ChildStdout>,
+    addr: SocketAddr,
+}
+
+/// `prefix… rnic ping --listen LISTEN --once ARGS`, waiting for its readiness line.
+fn spawn_server(prefix: &[&str], listen: &str, args: &[&str]) -> ServerProc {
+    let (prog, pre) = match prefix.split_first() {
+        Some((p, rest)) => (*p, rest.to_vec()),
+        None => (RNIC, vec![]),
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(pre);
+    if !prefix.is_empty() {
+        cmd.arg(RNIC);
+    }
+    let mut child = cmd
+        .args(["ping", "--listen", listen, "--once"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    assert!(out.read_line(&mut line).unwrap() > 0, "server printed nothing");
+    let addr = match line.strip_prefix("listening on ") {
+        Some(a) => a.trim().parse().unwrap(),
+        None => serde_json::from_str::<Value>(&line).unwrap()["listening"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+    };
+    ServerProc { child, out, addr }
+}
+
+impl ServerProc {
+    /// Waits for the server to exit: its exit code and the rest of its stdout.
+    fn finish(mut self) -> (i32, String) {
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        (status.code().unwrap_or(-1), rest)
+    }
+}
+
+/// `prefix… rnic ping --connect ADDR ARGS`: exit code and stdout.
+fn run_client(prefix: &[&str], addr: SocketAddr, args: &[&str]) -> (i32, String) {
+    let (prog, pre) = match prefix.split_first() {
+        Some((p, rest)) => (*p, rest.to_vec()),
+        None => (RNIC, vec![]),
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(pre);
+    if !prefix.is_empty() {
+        cmd.arg(RNIC);
+    }
+    let out = cmd
+        .args(["ping", "--connect", &addr.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Both sides on loopback with the same extra arguments each: (client, server) exit codes and
+/// outputs.
+fn ping_pair(server_args: &[&str], client_args: &[&str]) -> ((i32, String), (i32, String)) {
+    let s = spawn_server(&[], "127.0.0.1:0", server_args);
+    let c = run_client(&[], s.addr, client_args);
+    (c, s.finish())
+}
+
+/// The report object in a `--json` output (the line with a verdict).
+fn report(out: &str) -> Value {
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("verdict").is_some())
+        .unwrap_or_else(|| panic!("no JSON report in:\n{out}"))
+}
+
+fn events(r: &Value) -> Vec<(String, i64)> {
+    r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["status"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn names(r: &Value) -> Vec<String> {
+    events(r).into_iter().map(|(n, _)| n).collect()
+}
+
+fn qp_states(r: &Value) -> Vec<(String, String)> {
+    r["qp_states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["when"].as_str().unwrap().to_string(),
+                q["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn error_count(r: &Value, name: &str) -> u64 {
+    r["completions"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e[0] == name)
+        .map(|e| e[1].as_u64().unwrap())
+        .sum()
+}
+
+/// The checks every clean run makes, on one side's report.
+#[track_caller]
+fn assert_clean(r: &Value, recvs: u64, count: u64, size: u64) {
+    assert_eq!(r["verdict"], "PASS", "{r:#}");
+    assert_eq!(r["iterations"], count);
+    assert_eq!(r["completions"]["flushed_recvs"], recvs, "{r:#}");
+    assert_eq!(r["completions"]["recvs_posted_at_err"], recvs, "{r:#}");
+    assert_eq!(r["completions"]["unexpected"], 0);
+    assert!(r["completions"]["errors"].as_array().unwrap().is_empty());
+    // Per iteration each side checks two buffers of `size` bytes.
+    assert_eq!(r["bytes_verified"], 2 * count * size, "{r:#}");
+    let ev = events(r);
+    let tail: Vec<(String, i64)> = ev[ev.len() - 2..].to_vec();
+    assert_eq!(
+        tail,
+        [("DISCONNECTED".into(), 0), ("TIMEWAIT_EXIT".into(), 0)],
+        "{r:#}"
+    );
+    let last = qp_states(r).last().cloned().unwrap();
+    assert_eq!(last.1, "ERR");
+}
+
+#[test]
+fn ping_between_two_processes_client_disconnects_text_output() {
+    let args = ["--fast-timers", "--count", "5", "--size", "3000"];
+    let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers"], &args);
+    assert_eq!(cc, 0, "client:\n{cout}");
+    assert_eq!(sc, 0, "server:\n{sout}");
+    for out in [&cout, &sout] {
+        assert!(out.contains("verdict: PASS"), "{out}");
+        assert!(out.contains("4 flushed (WR_FLUSH_ERR; 4 of 4 posted receives)"));
+        assert!(out.contains("30000 bytes verified"), "{out}");
+    }
+    // The client's events in order, then its QP states.
+    let order = [
+        "ADDR_RESOLVED",
+        "ROUTE_RESOLVED",
+        "ESTABLISHED",
+        "DISCONNECTED",
+        "TIMEWAIT_EXIT",
+    ];
+    let pos: Vec<usize> = order.iter().map(|e| cout.find(e).unwrap()).collect();
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "{cout}");
+    assert!(cout.contains("QP states: after ESTABLISHED RTS; after rdma_disconnect ERR"));
+    // The server answered: DISCONNECTED with its QP untouched, then its own rdma_disconnect.
+    assert!(sout.contains("on DISCONNECTED RTS; after rdma_disconnect ERR"), "{sout}");
+}
+
+#[test]
+fn ping_json_for_both_disconnect_sides() {
+    for by in ["client", "server"] {
+        let args = [
+            "--fast-timers",
+            "--json",
+            "--count",
+            "4",
+            "--size",
+            "1500",
+            "--recvs",
+            "3",
+            "--disconnect-by",
+            by,
+        ];
+        let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json", "--recvs", "2"], &args);
+        assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+        let (c, s) = (report(&cout), report(&sout));
+        assert_clean(&c, 3, 4, 1500);
+        assert_clean(&s, 2, 4, 1500);
+        assert_eq!(c["disconnect_by"], by);
+        assert_eq!(s["disconnect_by"], by);
+        assert_eq!(
+            names(&c)[..3],
+            ["ADDR_RESOLVED", "ROUTE_RESOLVED", "ESTABLISHED"]
+        );
+        assert_eq!(names(&s)[..2], ["CONNECT_REQUEST", "ESTABLISHED"]);
+        // The side that did not disconnect saw DISCONNECTED with its QP still in RTS.
+        let (active, passive) = if by == "client" { (&c, &s) } else { (&s, &c) };
+        assert!(qp_states(passive).contains(&("on DISCONNECTED".into(), "RTS".into())));
+        assert!(!qp_states(active).iter().any(|(w, _)| w == "on DISCONNECTED"));
+        // Event timestamps never go backwards.
+        let ts: Vec<f64> = c["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["t_ms"].as_f64().unwrap())
+            .collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    }
+}
+
+#[test]
+fn ping_ops_send_and_write_verify_and_pass() {
+    for op in ["send", "write"] {
+        let args = ["--fast-timers", "--json", "--op", op, "--count", "20", "--size", "65536"];
+        let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json"], &args);
+        assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+        let (c, s) = (report(&cout), report(&sout));
+        assert_eq!(c["iterations"], 20);
+        match op {
+            "send" => {
+                assert_eq!(c["bytes_verified"], 20 * 65536);
+                assert_eq!(c["latency"]["samples"], 20);
+            }
+            _ => {
+                // The server checks the last WRITE's image.
+                assert_eq!(s["bytes_verified"], 65536);
+                assert!(c["throughput"]["mbit_per_s"].as_f64().unwrap() > 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn ping_kill_peer_on_the_client_ends_in_retry_exc_err_and_dreq_timeout() {
+    let args = ["--fast-timers", "--json", "--count", "5", "--kill-peer-after", "2"];
+    let ((cc, cout), (sc, sout)) =
+        ping_pair(&["--fast-timers", "--json", "--timeout", "1"], &args);
+    let (c, s) = (report(&cout), report(&sout));
+    // The side with the fault flag expected exactly this: its verdict passes.
+    assert_eq!(cc, 0, "{c:#}");
+    assert_eq!(c["iterations"], 2);
+    assert_eq!(error_count(&c, "RETRY_EXC_ERR"), 1, "{c:#}");
+    let ev = events(&c);
+    assert!(ev.contains(&("DISCONNECTED".into(), -110)), "{ev:?}");
+    assert_eq!(ev.last().unwrap().0, "TIMEWAIT_EXIT");
+    assert_eq!(c["completions"]["flushed_recvs"], 4);
+    assert!(c["wire"]["faults"]["killed_tx"].as_u64().unwrap() > 0);
+    assert!(c["wire"]["cm_retransmits"].as_u64().unwrap() >= 4);
+    // The server lost its peer: it gave up waiting, disconnected into silence, and fails.
+    assert_eq!(sc, 1, "{s:#}");
+    assert_eq!(s["verdict"], "FAIL");
+    assert!(events(&s).contains(&("DISCONNECTED".into(), -110)));
+}
+
+#[test]
+fn ping_kill_peer_on_the_server_ends_in_retry_exc_err_and_dreq_timeout() {
+    let server = ["--fast-timers", "--json", "--kill-peer-after", "1"];
+    let client = ["--fast-timers", "--json", "--count", "3", "--timeout", "1"];
+    let ((cc, cout), (sc, sout)) = ping_pair(&server, &client);
+    let (c, s) = (report(&cout), report(&sout));
+    assert_eq!(sc, 0, "{s:#}");
+    assert_eq!(error_count(&s, "RETRY_EXC_ERR"), 1, "{s:#}");
+    assert!(events(&s).contains(&("DISCONNECTED".into(), -110)));
+    assert_eq!(s["qp_states"].as_array().unwrap().last().unwrap()["state"], "ERR");
+    assert_eq!(cc, 1, "{c:#}");
+    assert_eq!(c["verdict"], "FAIL");
+}
+
+#[test]
+fn ping_with_seeded_loss_recovers_by_retransmission() {
+    let args = ["--fast-timers", "--json", "--count", "30", "--drop-rate", "0.05", "--seed", "7"];
+    let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json", "--drop-rate", "0.05"], &args);
+    assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+    let (c, s) = (report(&cout), report(&sout));
+    let dropped = |r: &Value| {
+        r["wire"]["faults"]["dropped_tx"].as_u64().unwrap()
+            + r["wire"]["faults"]["dropped_rx"].as_u64().unwrap()
+    };
+    assert!(dropped(&c) + dropped(&s) > 0);
+    let retx = |r: &Value| {
+        r["wire"]["rc_retransmits"].as_u64().unwrap() + r["wire"]["cm_retransmits"].as_u64().unwrap()
+    };
+    assert!(retx(&c) + retx(&s) > 0, "{c:#}\n{s:#}");
+}
+
+#[test]
+fn ping_exit_codes_on_failure() {
+    // Nobody listens: the REQ retries run out, the client fails with exit 1.
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let (code, out) = run_client(&[], addr, &["--fast-timers", "--json", "--timeout", "2"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(report(&out)["verdict"], "FAIL");
+    // Bad options: exit 2 (ours) or clap's usage error.
+    let (code, _) = run_client(&[], addr, &["--drop-rate", "2"]);
+    assert_eq!(code, 2);
+    let (code, _) = run_client(&[], addr, &["--size", "0"]);
+    assert_eq!(code, 2);
+}
+
+fn tshark_present() -> bool {
+    let present = Command::new("tshark").arg("--version").output().is_ok();
+    if !present {
+        assert!(
+            std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+            "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+        );
+        println!("SKIP: tshark not installed: skipping the pcap decode check");
+    }
+    present
+}
+
+#[test]
+fn ping_pcap_decodes_in_tshark_with_the_cm_handshake_and_disconnect() {
+    if !tshark_present() {
+        return;
+    }
+    let pcap = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ping_client.pcap");
+    let s = spawn_server(&[], "127.0.0.1:0", &["--fast-timers"]);
+    let port = s.addr.port();
+    let (cc, cout) = run_client(
+        &[],
+        s.addr,
+        &["--fast-timers", "--count", "2", "--pcap", pcap.to_str().unwrap()],
+    );
+    let (sc, sout) = s.finish();
+    assert_eq!((cc, sc), (0, 0), "{cout}\n{sout}");
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-d", &format!("udp.port=={port},infiniband")])
+        .args(["-Y", "infiniband.mad", "-T", "fields", "-E", "separator=,"])
+        .args([
+            "-e",
+            "infiniband.mad.attributeid",
+            "-e",
+            "infiniband.cm.req",
+            "-e",
+            "infiniband.cm.req.serviceid.dport",
+            "-e",
+            "infiniband.cm.rep",
+            "-e",
+            "infiniband.cm.rep.remotecommid",
+            "-e",
+            "infiniband.cm.rtu.localcommid",
+            "-e",
+            "infiniband.cm.rtu.remotecommid",
+            "-e",
+            "infiniband.cm.dreq.localcommid",
+            "-e",
+            "infiniband.cm.dreq.remotecommid",
+            "-e",
+            "infiniband.cm.drsp.localcommid",
+            "-e",
+            "infiniband.cm.drsp.remotecommid",
+            "-e",
+            "udp.dstport",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tshark failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(',').collect()).collect();
+    let attrs: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    // REQ, REP, RTU, DREQ (the client disconnects), DREP.
+    assert_eq!(
+        attrs,
+        ["0x0010", "0x0013", "0x0014", "0x0015", "0x0016"],
+        "{text}"
+    );
+    let (req, rep, rtu, dreq, drep) = (&rows[0], &rows[1], &rows[2], &rows[3], &rows[4]);
+    let client_comm = req[1];
+    let server_comm = rep[3];
+    assert_ne!(client_comm, "");
+    assert_ne!(server_comm, "");
+    // The service ID carries the server's port (rdma_cm port = UDP port).
+    assert_eq!(req[2], format!("0x{port:04x}"), "{text}");
+    assert_eq!(rep[4], client_comm);
+    assert_eq!((rtu[5], rtu[6]), (client_comm, server_comm));
+    assert_eq!((dreq[7], dreq[8]), (client_comm, server_comm));
+    assert_eq!((drep[9], drep[10]), (server_comm, client_comm));
+    // Client → server MADs go to the server's socket; the REP and DREP come back.
+    for (row, to_server) in [(req, true), (rep, false), (rtu, true), (dreq, true), (drep, false)] {
+        assert_eq!(row[11] == port.to_string(), to_server, "{text}");
+    }
+}
+
+/// Two network namespaces joined by a veth pair; removed on drop.
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    fn ip(args: &[&str]) -> Result<(), String> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run `ip`: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`ip {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// `10.77.0.1/24` in the first namespace, `10.77.0.2/24` in the second.
+    fn create() -> Result<Netns, String> {
+        let tag = std::process::id() % 100_000;
+        let ns = Netns {
+            names: [format!("rnic-a-{tag}"), format!("rnic-b-{tag}")],
+        };
+        let [a, b] = &ns.names;
+        let (va, vb) = (format!("rva{tag}"), format!("rvb{tag}"));
+        Netns::ip(&["netns", "add", a])?;
+        Netns::ip(&["netns", "add", b])?;
+        Netns::ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        Netns::ip(&["link", "set", &va, "netns", a])?;
+        Netns::ip(&["link", "set", &vb, "netns", b])?;
+        for (n, v, addr) in [(a, &va, "10.77.0.1/24"), (b, &vb, "10.77.0.2/24")] {
+            Netns::ip(&["-n", n, "addr", "add", addr, "dev", v])?;
+            Netns::ip(&["-n", n, "link", "set", v, "up"])?;
+            Netns::ip(&["-n", n, "link", "set", "lo", "up"])?;
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Netns::ip(&["netns", "del", n]);
+        }
+    }
+}
+
+#[test]
+fn ping_between_two_network_namespaces_over_a_veth_pair() {
+    let ns = match Netns::create() {
+        Ok(ns) => ns,
+        Err(why) => {
+            println!("SKIP: cannot make network namespaces here ({why}); needs root/CAP_SYS_ADMIN and iproute2");
+            return;
+        }
+    };
+    let [a, b] = &ns.names;
+    let s = spawn_server(
+        &["ip", "netns", "exec", a],
+        "10.77.0.1:4791",
+        &["--fast-timers", "--json"],
+    );
+    assert_eq!(s.addr.to_string(), "10.77.0.1:4791");
+    let (cc, cout) = run_client(
+        &["ip", "netns", "exec", b],
+        s.addr,
+        &["--fast-timers", "--json", "--count", "5", "--disconnect-by", "server"],
+    );
+    let (sc, sout) = s.finish();
+    assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+    let (c, sr) = (report(&cout), report(&sout));
+    assert_eq!(c["local"].as_str().unwrap().split(':').next(), Some("10.77.0.2"));
+    assert_eq!(sr["peer"].as_str().unwrap().split(':').next(), Some("10.77.0.2"));
+    assert_clean(&c, 4, 5, 4096);
+    assert_clean(&sr, 4, 5, 4096);
+}
