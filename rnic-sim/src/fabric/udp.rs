@@ -17,12 +17,21 @@
 //! deadline ([`handle_timeout`](Endpoint::handle_timeout)), a poke from a handle, or a stop.
 //! UDP is lossy by nature: a failed `send_to` drops the datagram and is counted, as the
 //! simulated fabric would drop it.
+//!
+//! **Latency.** On a [`spawn`](UdpDriver::spawn)ed driver, [`UdpHandle::with`] sends what the
+//! endpoint queued straight from the caller's thread (a clone of the socket, non-blocking,
+//! under the endpoint lock so datagrams leave in the order queued), and wakes the driver only
+//! when the endpoint's deadline moved earlier than the one the driver sleeps on, or when the
+//! socket would block (the driver then sends the backlog when the socket is writable). A
+//! request/response exchange thus costs one thread hand-off per direction (driver → waiting
+//! application), not two.
 
 // This module is the I/O driver: reading the wall clock (`Instant::now`) and owning a thread
 // (`thread::Builder::spawn`) is its job, so the determinism lints of clippy.toml are lifted here
 // and only here.
 #![allow(clippy::disallowed_methods)]
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -61,6 +70,10 @@ struct State<E> {
     stats: UdpStats,
     stop_requested: bool,
     stopped: bool,
+    /// The deadline the driver loop sleeps on (`None`: none).
+    armed: Option<SimTime>,
+    /// Datagrams waiting for the socket to become writable, in order.
+    backlog: VecDeque<(SocketAddr, Bytes)>,
 }
 
 /// What the driver and its handles share.
@@ -74,21 +87,26 @@ struct Shared<E> {
     changed_async: tokio::sync::Notify,
     /// Wakes the driver loop (a handle touched the endpoint or asked to stop).
     wake: tokio::sync::Notify,
+    /// A clone of the socket for sending from handles' threads (spawned drivers only).
+    direct: Option<std::net::UdpSocket>,
 }
 
 impl<E> Shared<E> {
-    fn new(endpoint: E) -> Arc<Self> {
+    fn new(endpoint: E, direct: Option<std::net::UdpSocket>) -> Arc<Self> {
         Arc::new(Shared {
             state: Mutex::new(State {
                 endpoint,
                 stats: UdpStats::default(),
                 stop_requested: false,
                 stopped: false,
+                armed: None,
+                backlog: VecDeque::new(),
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
             changed_async: tokio::sync::Notify::new(),
             wake: tokio::sync::Notify::new(),
+            direct,
         })
     }
 
@@ -173,12 +191,45 @@ impl<E> UdpHandle<E> {
     /// Runs `f` on the endpoint with the current time (to call its API: connect, send, …),
     /// then wakes the driver so that what the endpoint now wants to send goes out and its new
     /// deadline is honoured. Blocks while the driver is inside an endpoint call.
-    pub fn with<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
-        let r = {
+    pub fn with<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R
+    where
+        E: Endpoint,
+    {
+        let (r, wake) = {
             let mut st = self.shared.lock();
-            f(&mut st.endpoint, self.shared.now())
+            let r = f(&mut st.endpoint, self.shared.now());
+            let wake = match &self.shared.direct {
+                Some(socket) => {
+                    let st = &mut *st;
+                    let now = self.shared.now();
+                    let blocked = !st.backlog.is_empty();
+                    while let Some((dst, bytes)) = st.endpoint.poll_transmit(now) {
+                        if !st.backlog.is_empty() {
+                            st.backlog.push_back((dst, bytes));
+                            continue;
+                        }
+                        match socket.send_to(&bytes, dst) {
+                            Ok(_) => st.stats.sent += 1,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                st.backlog.push_back((dst, bytes));
+                            }
+                            Err(_) => st.stats.send_errors += 1,
+                        }
+                    }
+                    let earlier = match (st.endpoint.poll_timeout(), st.armed) {
+                        (Some(t), Some(a)) => t < a,
+                        (Some(_), None) => true,
+                        (None, _) => false,
+                    };
+                    earlier || (!blocked && !st.backlog.is_empty())
+                }
+                None => true,
+            };
+            (r, wake)
         };
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         self.shared.notify_changed();
         r
     }
@@ -238,7 +289,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn from_socket(endpoint: E, socket: UdpSocket) -> io::Result<Self> {
         let local_addr = socket.local_addr()?;
         Ok(UdpDriver {
-            shared: Shared::new(endpoint),
+            shared: Shared::new(endpoint, None),
             socket,
             local_addr,
         })
@@ -266,7 +317,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn spawn(endpoint: E, socket: std::net::UdpSocket) -> io::Result<SpawnedUdpDriver<E>> {
         socket.set_nonblocking(true)?;
         let local_addr = socket.local_addr()?;
-        let shared = Shared::new(endpoint);
+        let shared = Shared::new(endpoint, Some(socket.try_clone()?));
         let handle = UdpHandle {
             shared: Arc::clone(&shared),
             local_addr,
@@ -317,32 +368,40 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
         let shared = &self.shared;
         let mut buf = vec![0u8; MAX_DATAGRAM];
         loop {
-            // Drain what the endpoint wants to send and read its deadline (no await under the
-            // lock).
-            let (outgoing, deadline) = {
+            // Send the backlog, then what the endpoint wants to send, and read its deadline
+            // (no await under the lock; non-blocking sends keep the order queued).
+            let (deadline, blocked) = {
                 let mut st = shared.lock();
                 if st.stop_requested {
                     return Ok(());
                 }
-                let now = shared.now();
-                let mut out = Vec::new();
-                while let Some(t) = st.endpoint.poll_transmit(now) {
-                    out.push(t);
+                let st = &mut *st;
+                while let Some((dst, bytes)) = st.backlog.front() {
+                    match self.socket.try_send_to(bytes, *dst) {
+                        Ok(_) => st.stats.sent += 1,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => st.stats.send_errors += 1,
+                    }
+                    st.backlog.pop_front();
                 }
-                (out, st.endpoint.poll_timeout())
-            };
-            if !outgoing.is_empty() {
-                let (mut sent, mut failed) = (0, 0);
-                for (dst, bytes) in outgoing {
-                    match self.socket.send_to(&bytes, dst).await {
-                        Ok(_) => sent += 1,
-                        Err(_) => failed += 1,
+                let now = shared.now();
+                while let Some((dst, bytes)) = st.endpoint.poll_transmit(now) {
+                    if !st.backlog.is_empty() {
+                        st.backlog.push_back((dst, bytes));
+                        continue;
+                    }
+                    match self.socket.try_send_to(&bytes, dst) {
+                        Ok(_) => st.stats.sent += 1,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            st.backlog.push_back((dst, bytes));
+                        }
+                        Err(_) => st.stats.send_errors += 1,
                     }
                 }
-                let mut st = shared.lock();
-                st.stats.sent += sent;
-                st.stats.send_errors += failed;
-            }
+                let deadline = st.endpoint.poll_timeout();
+                st.armed = deadline;
+                (deadline, !st.backlog.is_empty())
+            };
 
             let wake_at = shared.instant(deadline.unwrap_or(SimTime::MAX));
             tokio::select! {
@@ -364,6 +423,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                     }
                 }
                 () = shared.wake.notified() => {}
+                r = self.socket.writable(), if blocked => r?,
             }
             shared.notify_changed();
         }
