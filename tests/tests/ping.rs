@@ -537,52 +537,58 @@ fn tool(cmd: &str, args: &[&str]) -> Option<String> {
 }
 
 /// `rnic ping` (two processes, loopback UDP) next to a plain UDP ping-pong and qperf in the
-/// same run: SEND ping-pong latency at 64 B, RDMA WRITE throughput at 64 KiB. Prints the
-/// figures; asserts only the 3× latency target.
+/// same run: SEND ping-pong latency at 64 B, RDMA WRITE throughput at 64 KiB. The machine may
+/// be shared, so latency is measured in alternating rounds and the best median of each is
+/// compared. Prints the figures; asserts only the 3× latency target.
 #[test]
 #[ignore = "benchmark: cargo test --release -p rnic-testbed --test ping -- --ignored --nocapture"]
 fn bench_ping_latency_and_write_throughput_vs_udp_and_qperf() {
-    const N: usize = 20_000;
-    let udp = udp_pingpong_median_us(N);
+    const N: usize = 10_000;
+    const ROUNDS: usize = 3;
     let n = N.to_string();
-    let ((cc, cout), (sc, _)) = ping_pair(
-        &["--json"],
-        &["--json", "--op", "send", "--size", "64", "--count", &n],
-    );
-    assert_eq!((cc, sc), (0, 0), "{cout}");
-    let lat = report(&cout)["latency"].clone();
-    let rnic = lat["median_us"].as_f64().unwrap();
+    let (mut udp, mut rnic) = (Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let u = udp_pingpong_median_us(N);
+        let ((cc, cout), (sc, _)) = ping_pair(
+            &["--json"],
+            &["--json", "--op", "send", "--size", "64", "--count", &n],
+        );
+        assert_eq!((cc, sc), (0, 0), "{cout}");
+        let lat = report(&cout)["latency"].clone();
+        let r = lat["median_us"].as_f64().unwrap();
+        println!("round {round}: plain UDP ping-pong 64 B median {u:.1} µs; rnic ping --op send --size 64 median {r:.1} µs ({:.2}×); {lat}", r / u);
+        udp.push(u);
+        rnic.push(r);
+    }
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (u, r) = (best(&udp), best(&rnic));
+    println!("best medians over {ROUNDS} rounds of {N} round trips: UDP {u:.1} µs, rnic ping {r:.1} µs = {:.2}× UDP", r / u);
     let ((cc, cout), (sc, _)) = ping_pair(
         &["--json"],
         &["--json", "--op", "write", "--size", "65536", "--count", "5000"],
     );
     assert_eq!((cc, sc), (0, 0), "{cout}");
     let bw = report(&cout)["throughput"]["mbit_per_s"].as_f64().unwrap();
-    println!("plain UDP ping-pong, 64 B, {N} round trips: median {udp:.1} µs");
-    println!("rnic ping --op send --size 64, {N} round trips: median {rnic:.1} µs ({:.2}× UDP); {lat}", rnic / udp);
-    println!("rnic ping --op write --size 65536, 5000 WRITEs one at a time: {bw:.0} Mbit/s");
-    // qperf (Debian package `qperf`): a server in the background, the client here.
-    #[allow(clippy::zombie_processes)]
-    match Command::new("qperf").stdout(Stdio::null()).spawn() {
+    println!("rnic ping --op write --size 65536, 5000 WRITEs one at a time: {bw:.0} Mbit/s = {:.3} GB/s", bw / 8e3);
+    // qperf (Debian package `qperf`): a server in the background, the client here. qperf
+    // prints no readiness line: the first client run is retried until the listener answers.
+    // qperf's `latency` is half the round trip.
+    match Command::new("qperf").stdout(Stdio::null()).stderr(Stdio::null()).spawn() {
         Ok(mut server) => {
-            let mut ready = false;
-            for _ in 0..50 {
-                // qperf has no readiness line: retry until its listener answers.
-                if let Some(out) = tool("qperf", &["127.0.0.1", "-t", "2", "-m", "64", "udp_lat", "tcp_lat"]) {
-                    println!("qperf 64 B:\n{out}");
-                    ready = true;
-                    break;
+            let lat = (0..1000).find_map(|_| tool("qperf", &["127.0.0.1", "-t", "2", "-m", "64", "udp_lat", "tcp_lat"]));
+            match lat {
+                Some(out) => {
+                    println!("qperf -m 64 (latency = one way):\n{out}");
+                    if let Some(out) = tool("qperf", &["127.0.0.1", "-t", "2", "-m", "65536", "tcp_bw"]) {
+                        println!("qperf -m 65536:\n{out}");
+                    }
                 }
-            }
-            if ready {
-                if let Some(out) = tool("qperf", &["127.0.0.1", "-t", "2", "-m", "65536", "tcp_bw", "udp_bw"]) {
-                    println!("qperf 64 KiB:\n{out}");
-                }
+                None => println!("qperf server did not answer"),
             }
             let _ = server.kill();
             let _ = server.wait();
         }
         Err(e) => println!("qperf not installed ({e}): apt-get install qperf"),
     }
-    assert!(rnic <= 3.0 * udp, "rnic {rnic:.1} µs > 3 × UDP {udp:.1} µs");
+    assert!(r <= 3.0 * u, "rnic {r:.1} µs > 3 × UDP {u:.1} µs");
 }

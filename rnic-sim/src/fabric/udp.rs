@@ -49,6 +49,12 @@ use crate::roce::ROCE_V2_UDP_DPORT;
 pub const DEFAULT_BIND: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, ROCE_V2_UDP_DPORT));
 
+/// The longest the driver loop sleeps without looking at the endpoint's deadline (an idle
+/// driver wakes 100 times a second). [`UdpHandle::with`] wakes the driver only for a deadline
+/// earlier than the driver's next wake-up, so the common call — post a work request whose
+/// retransmission timer is further out than this — costs no thread wake-up.
+const IDLE_TICK: Duration = Duration::from_millis(10);
+
 /// The receive buffer size in bytes: the largest UDP payload.
 pub const MAX_DATAGRAM: usize = 65_535;
 
@@ -74,7 +80,13 @@ struct State<E> {
     armed: Option<SimTime>,
     /// Datagrams waiting for the socket to become writable, in order.
     backlog: VecDeque<(SocketAddr, Bytes)>,
+    /// Decides whether a datagram or timeout wakes the waiters (see
+    /// [`UdpHandle::set_wake_filter`]); `None`: always.
+    wake_filter: Option<WakeFilter<E>>,
 }
+
+/// See [`UdpHandle::set_wake_filter`].
+type WakeFilter<E> = Box<dyn FnMut(&E) -> bool + Send>;
 
 /// What the driver and its handles share.
 struct Shared<E> {
@@ -101,6 +113,7 @@ impl<E> Shared<E> {
                 stopped: false,
                 armed: None,
                 backlog: VecDeque::new(),
+                wake_filter: None,
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
@@ -158,6 +171,16 @@ impl<E> UdpHandle<E> {
     /// The counters.
     pub fn stats(&self) -> UdpStats {
         self.shared.lock().stats
+    }
+
+    /// Wake [`wait_until`](Self::wait_until) waiters after a datagram or timeout only when
+    /// `filter` (run by the driver, under the endpoint lock, after the endpoint handled it)
+    /// returns true — e.g. "a completion channel got an event or a CM event is queued" — so
+    /// that traffic the application does not wait for (ACKs) costs it no wake-up. The filter
+    /// must return true for every change a waiter's condition depends on. Calls of
+    /// [`with`](Self::with) always wake waiters.
+    pub fn set_wake_filter(&self, filter: impl FnMut(&E) -> bool + Send + 'static) {
+        self.shared.lock().wake_filter = Some(Box::new(filter));
     }
 
     /// Asks the driver to stop; [`UdpDriver::run`] then returns `Ok(())` and the socket is
@@ -221,6 +244,7 @@ impl<E> UdpHandle<E> {
                         (Some(_), None) => true,
                         (None, _) => false,
                     };
+                    // (`armed` is `None` only before the loop first ran.)
                     earlier || (!blocked && !st.backlog.is_empty())
                 }
                 None => true,
@@ -398,34 +422,58 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                         Err(_) => st.stats.send_errors += 1,
                     }
                 }
-                let deadline = st.endpoint.poll_timeout();
-                st.armed = deadline;
-                (deadline, !st.backlog.is_empty())
+                // Sleep until the endpoint's deadline, but at most IDLE_TICK: then a handle
+                // whose call sets a deadline later than that need not wake the driver.
+                let tick = now.plus_nanos(IDLE_TICK.as_nanos() as u64);
+                let wake = st.endpoint.poll_timeout().map_or(tick, |d| d.min(tick));
+                st.armed = Some(wake);
+                (wake, !st.backlog.is_empty())
             };
 
-            let wake_at = shared.instant(deadline.unwrap_or(SimTime::MAX));
-            tokio::select! {
+            let wake_at = shared.instant(deadline);
+            let visible = |st: &mut State<E>| {
+                let State {
+                    endpoint,
+                    wake_filter,
+                    ..
+                } = st;
+                wake_filter.as_mut().is_none_or(|f| f(endpoint))
+            };
+            let wake_waiters = tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
                     Ok((n, src)) => {
                         let bytes = Bytes::copy_from_slice(&buf[..n]);
                         let mut st = shared.lock();
                         st.endpoint.handle_datagram(shared.now(), src, bytes);
                         st.stats.received += 1;
+                        visible(&mut st)
                     }
-                    Err(e) if is_icmp_error(&e) => shared.lock().stats.recv_errors += 1,
+                    Err(e) if is_icmp_error(&e) => {
+                        shared.lock().stats.recv_errors += 1;
+                        false
+                    }
                     Err(e) => return Err(e),
                 },
-                () = tokio::time::sleep_until(wake_at), if deadline.is_some() => {
+                () = tokio::time::sleep_until(wake_at) => {
                     let mut st = shared.lock();
                     let now = shared.now();
                     if st.endpoint.poll_timeout().is_some_and(|d| d <= now) {
                         st.endpoint.handle_timeout(now);
+                        visible(&mut st)
+                    } else {
+                        false
                     }
                 }
-                () = shared.wake.notified() => {}
-                r = self.socket.writable(), if blocked => r?,
+                // A handle already woke the waiters when it touched the endpoint.
+                () = shared.wake.notified() => false,
+                r = self.socket.writable(), if blocked => {
+                    r?;
+                    false
+                }
+            };
+            if wake_waiters {
+                shared.notify_changed();
             }
-            shared.notify_changed();
         }
     }
 }
