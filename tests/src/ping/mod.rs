@@ -17,6 +17,7 @@
 
 pub mod report;
 pub mod session;
+pub mod app;
 pub mod cli;
 pub mod wire;
 
@@ -259,7 +260,7 @@ impl Server {
         let node = Node::new("sim-server", listen, wire, pcap.is_some())?;
         let (addr, ch) = (node.local_addr(), node.channel());
         node.handle().with(|ep, _| {
-            let (cm, _) = ep.inner_mut().split();
+            let (cm, _) = ep.inner_mut().host_mut().split();
             let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
             cm.bind_addr(id, addr)?;
             cm.listen(id, 8)
@@ -297,7 +298,7 @@ impl Server {
         let Some(params) = Params::decode(&ev.param.private_data) else {
             let id = ev.id;
             self.node.handle().with(|ep, now| {
-                let (cm, dev) = ep.inner_mut().split();
+                let (cm, dev) = ep.inner_mut().host_mut().split();
                 // Not a ping client: refuse it; a failure to refuse changes nothing.
                 let _ = cm.reject(dev, now, id, b"not an rnic ping client");
                 let _ = cm.destroy_id(dev, now, id);
@@ -388,7 +389,7 @@ impl Client {
         validate_params(&params)?;
         let ch = self.node.channel();
         let (id, t0) = self.node.handle().with(|ep, now| {
-            let (cm, _) = ep.inner_mut().split();
+            let (cm, _) = ep.inner_mut().host_mut().split();
             let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
             cm.resolve_addr(id, None, server)?;
             Ok::<_, verbs_core::Error>((id, now))

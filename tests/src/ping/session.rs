@@ -6,9 +6,10 @@
 //! datagram and timeout the driver hands in: no polling loop, no sleep.
 
 use super::report::{
-    upper_snake, CheckRecord, CompletionTally, EventRecord, Latency, PingReport, QpStateRecord,
+    upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord,
     Throughput, TimelineEntry, WireRecord,
 };
+use super::app::{DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
 use super::wire::FaultyEndpoint;
 use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
 use crate::host::Host;
@@ -17,16 +18,15 @@ use cm_core::engine::CmConfig;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::{SimDevice, SimDeviceConfig};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 use verbs_core::{
-    AccessFlags, CompChannel, CqHandle, Device, Gid, Mr, PdHandle, Qp, QpCap, QpInitAttr, QpState, RecvWr,
-    SendFlags, SendWr, SimTime, WcStatus, WorkCompletion,
+    AccessFlags, CompChannel, Device, Gid, PdHandle, QpCap, QpInitAttr, QpState, SimTime, WcStatus,
 };
 
 /// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
-pub type PingEndpoint = FaultyEndpoint<Host>;
+pub type PingEndpoint = FaultyEndpoint<PingHost>;
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
@@ -146,7 +146,7 @@ impl Node {
         let mut host = Host::new(nic, cfg)?;
         host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
-        let ep = FaultyEndpoint::new(host, wire.drop_rate, wire.seed ^ cfg.seed);
+        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, wire.seed ^ cfg.seed);
         let driver = UdpDriver::spawn(ep, socket)?;
         // The application waits for completions (through the CQs' channel) and CM events
         // only: ACKs and other traffic do not wake it.
@@ -157,7 +157,13 @@ impl Node {
             while events.try_get_cq_event().is_ok() {
                 any = true;
             }
-            any || ep.inner().cm().pending_events(ch) > 0
+            let h = ep.inner();
+            let cm = h.host().cm().pending_events(ch) > 0;
+            match &h.data {
+                // The data phase runs in the driver: wake the application when it settles.
+                Some(d) => cm || d.outcome.is_some(),
+                None => any || cm,
+            }
         });
         Ok(Node {
             driver,
@@ -185,7 +191,7 @@ impl Node {
 
     /// The UDP socket the last datagram came from (the peer, once it has sent something).
     pub fn last_peer(&self) -> Option<SocketAddr> {
-        self.handle().with(|ep, _| ep.inner().last_peer())
+        self.handle().with(|ep, _| ep.inner().host().last_peer())
     }
 
     /// The node's event channel.
@@ -196,7 +202,7 @@ impl Node {
     /// Routes the GID of `peer`'s IP to `peer` (the client, before connecting).
     pub fn set_peer(&self, peer: SocketAddr) {
         self.handle().with(|ep, _| {
-            ep.inner_mut()
+            ep.inner_mut().host_mut()
                 .nic_mut()
                 .set_peer_addr(Gid::from_ip(peer.ip()), peer)
         });
@@ -205,14 +211,14 @@ impl Node {
     /// The datagrams captured since the last call (empty without `--pcap`).
     pub fn take_capture(&self) -> Vec<Captured> {
         self.handle()
-            .with(|ep, _| ep.inner_mut().nic_mut().take_capture())
+            .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
     }
 
     /// The next CM event on the node's channel (acked), waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
         let ch = self.ch;
         self.handle()
-            .wait_until(timeout, |ep| ep.inner().cm().pending_events(ch) > 0);
+            .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
         self.handle().with(|ep, _| get_event(ep, ch))
     }
 
@@ -226,7 +232,7 @@ impl Node {
 }
 
 fn get_event(ep: &mut PingEndpoint, ch: EventChannel) -> Option<CmEvent> {
-    let (cm, _) = ep.inner_mut().split();
+    let (cm, _) = ep.inner_mut().host_mut().split();
     let ev = cm.get_cm_event(ch).ok()?;
     // Acking an event we hold cannot fail; nothing to do if it did.
     let _ = cm.ack_cm_event(ev.clone());
@@ -235,7 +241,7 @@ fn get_event(ep: &mut PingEndpoint, ch: EventChannel) -> Option<CmEvent> {
 
 /// Why the data phase ended early.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Stop {
+pub enum Stop {
     /// A work request completed with an error status (the QP is in ERR).
     Transport(WcStatus),
     /// DISCONNECTED arrived during the data phase.
@@ -266,52 +272,11 @@ fn qp_state_name(s: QpState) -> String {
     upper_snake(&format!("{s:?}"))
 }
 
-/// Offsets into the connection's MR. Receive slots first, then the SEND buffer, the region
-/// the peer WRITEs into, the region the peer READs from, and a local scratch region (WRITE
-/// source, READ destination).
-#[derive(Debug, Clone, Copy)]
-struct Layout {
-    slot: u64,
-    slots: u64,
-    send: u64,
-    write_target: u64,
-    read_source: u64,
-    scratch: u64,
-    len: u64,
-}
-
 /// Bytes of the buffer-info message: write address, read address (u64 LE), rkey, length (u32
 /// LE), magic.
 const INFO_LEN: usize = 28;
 const FIN: &[u8] = b"RNPG-FIN";
 const FIN_ACK: &[u8] = b"RNPG-FIN-ACK";
-
-impl Layout {
-    fn new(size: u32, recvs: u32) -> Layout {
-        let slot = u64::from(size.max(64));
-        let slots = u64::from(recvs);
-        let send = slot * slots;
-        let region = u64::from(size);
-        Layout {
-            slot,
-            slots,
-            send,
-            write_target: send + slot,
-            read_source: send + slot + region,
-            scratch: send + slot + 2 * region,
-            len: send + slot + 3 * region,
-        }
-    }
-}
-
-/// The peer's buffers, from its info message.
-#[derive(Debug, Clone, Copy)]
-struct PeerInfo {
-    write_addr: u64,
-    read_addr: u64,
-    rkey: u32,
-    len: u32,
-}
 
 /// The byte pattern of iteration `i`, message kind `k`, `len` bytes: every byte depends on
 /// its offset, the iteration and the kind, so a stale or misplaced byte is caught.
@@ -324,8 +289,6 @@ pub fn pattern(i: u32, k: u8, len: u32) -> Vec<u8> {
         .collect()
 }
 
-const SEND_WR: u64 = 1 << 32;
-
 /// One side of one connection. Built by the client after `rdma_resolve_addr` and by the server
 /// on CONNECT_REQUEST; [`Session::run`] does the rest.
 pub struct Session<'a> {
@@ -337,24 +300,13 @@ pub struct Session<'a> {
     timeout: Duration,
     peer: SocketAddr,
     id: CmIdHandle,
-    qp: Option<Qp>,
-    cq: Option<CqHandle>,
-    mr: Option<Mr>,
-    layout: Layout,
+    l: Ledger,
     peer_info: Option<PeerInfo>,
     t0: SimTime,
     pending: VecDeque<CmEvent>,
     events: Vec<EventRecord>,
     timeline: Vec<TimelineEntry>,
     qp_states: Vec<QpStateRecord>,
-    recv_out: BTreeMap<u64, u64>,
-    send_out: BTreeMap<u64, &'static str>,
-    next_wr: u64,
-    messages: VecDeque<Vec<u8>>,
-    tally: CompletionTally,
-    errors: BTreeMap<String, u64>,
-    transport_error: Option<WcStatus>,
-    disconnecting: bool,
     /// Arm the CQ for solicited completions only (waiting for the peer's SEND, not for our
     /// own WRs' completions).
     solicited_only: bool,
@@ -392,24 +344,13 @@ impl<'a> Session<'a> {
             timeout: side.timeout,
             peer,
             id,
-            qp: None,
-            cq: None,
-            mr: None,
-            layout: Layout::new(params.size, recvs),
+            l: Ledger::new(Layout::new(params.size, recvs)),
             peer_info: None,
             t0,
             pending: VecDeque::new(),
             events: Vec::new(),
             timeline: Vec::new(),
             qp_states: Vec::new(),
-            recv_out: BTreeMap::new(),
-            send_out: BTreeMap::new(),
-            next_wr: 1,
-            messages: VecDeque::new(),
-            tally: CompletionTally::default(),
-            errors: BTreeMap::new(),
-            transport_error: None,
-            disconnecting: false,
             solicited_only: false,
             generation: 0,
             iterations: 0,
@@ -450,10 +391,10 @@ impl<'a> Session<'a> {
     }
 
     fn qp_state(&mut self, when: &str) -> Option<QpState> {
-        let qp = self.qp?;
+        let qp = self.l.qp?;
         let st = self
             .h()
-            .with(|ep, _| ep.inner().nic().query_qp(qp.handle).ok())
+            .with(|ep, _| ep.inner().host().nic().query_qp(qp.handle).ok())
             .map(|(a, _)| a.qp_state)?;
         self.qp_states.push(QpStateRecord {
             when: when.to_string(),
@@ -465,12 +406,12 @@ impl<'a> Session<'a> {
     /// Creates the CQ, MR and QP (`rdma_create_qp`) and posts the receives.
     fn create_resources(&mut self) -> Result<(), Stop> {
         let pd = self.node.pd;
-        let len = self.layout.len as usize;
+        let len = self.l.layout.len as usize;
         let depth = self.recvs + 8;
         let id = self.id;
         let comp = self.node.comp.clone();
         let res = self.h().with(|ep, _| {
-            let (cm, dev) = ep.inner_mut().split();
+            let (cm, dev) = ep.inner_mut().host_mut().split();
             let access =
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
             let mr = dev.reg_mr(pd, len, access)?;
@@ -480,135 +421,51 @@ impl<'a> Session<'a> {
             Ok::<_, verbs_core::Error>((mr, cq, qp))
         });
         let (mr, cq, qp) = res.map_err(|e| Stop::Failed(format!("creating resources: {e}")))?;
-        self.mr = Some(mr);
-        self.cq = Some(cq);
-        self.qp = Some(qp);
-        for slot in 0..self.layout.slots {
+        self.l.mr = Some(mr);
+        self.l.cq = Some(cq);
+        self.l.qp = Some(qp);
+        for slot in 0..self.l.layout.slots {
             self.post_recv(slot)?;
         }
         Ok(())
     }
 
     fn post_recv(&mut self, slot: u64) -> Result<(), Stop> {
-        let (Some(qp), Some(mr)) = (self.qp, self.mr) else {
-            return Err(Stop::Failed("no QP".into()));
-        };
-        let wr_id = self.next_wr;
-        self.next_wr += 1;
-        let sge = mr.sge(slot * self.layout.slot, self.layout.slot as u32);
-        self.h()
-            .with(|ep, _| {
-                ep.inner_mut()
-                    .nic_mut()
-                    .post_recv(qp.handle, &[RecvWr::new(wr_id, vec![sge])])
-            })
-            .map_err(|e| Stop::Failed(format!("ibv_post_recv: {}", e.error)))?;
-        self.recv_out.insert(wr_id, slot);
-        Ok(())
-    }
-
-    /// Writes `data` at `offset` of the MR (the application's store).
-    fn store(&self, offset: u64, data: &[u8]) -> Result<(), Stop> {
-        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
-        self.h()
-            .with(|ep, _| ep.inner_mut().nic_mut().mr_write(mr.handle, offset, data))
-            .map_err(|e| Stop::Failed(format!("mr_write: {e}")))
+        let (node, l) = (self.node, &mut self.l);
+        node.handle()
+            .with(|ep, _| l.post_recv(ep.inner_mut().host_mut(), slot))
     }
 
     fn load(&self, offset: u64, len: u32) -> Result<Vec<u8>, Stop> {
-        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
-        let mut buf = vec![0u8; len as usize];
         self.h()
-            .with(|ep, _| ep.inner().nic().mr_read(mr.handle, offset, &mut buf))
-            .map_err(|e| Stop::Failed(format!("mr_read: {e}")))?;
-        Ok(buf)
+            .with(|ep, _| self.l.load(ep.inner().host(), offset, len))
     }
 
-    /// Posts one signalled send WR built by `make(wr_id, mr)`; returns its wr_id.
-    fn post_send(
-        &mut self,
-        what: &'static str,
-        make: impl FnOnce(u64, &Mr) -> SendWr,
-    ) -> Result<u64, Stop> {
-        let (Some(qp), Some(mr)) = (self.qp, self.mr) else {
-            return Err(Stop::Failed("no QP".into()));
-        };
-        let wr_id = SEND_WR | self.next_wr;
-        self.next_wr += 1;
-        let wr = make(wr_id, &mr);
-        self.h()
-            .with(|ep, _| ep.inner_mut().nic_mut().post_send(qp.handle, &[wr]))
-            .map_err(|e| Stop::Failed(format!("ibv_post_send ({what}): {}", e.error)))?;
-        self.send_out.insert(wr_id, what);
-        Ok(wr_id)
-    }
-
-    /// SEND of `data` from the send buffer.
+    /// A solicited SEND of `data` from the send buffer.
     fn send(&mut self, data: &[u8]) -> Result<u64, Stop> {
-        self.store(self.layout.send, data)?;
-        let (off, len) = (self.layout.send, data.len() as u32);
-        // Solicited: the receiver waits with its CQ armed for solicited events only.
-        self.post_send("SEND", |id, mr| {
-            SendWr::send(id, vec![mr.sge(off, len)])
-                .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED)
-        })
+        let (node, l) = (self.node, &mut self.l);
+        node.handle()
+            .with(|ep, _| l.send(ep.inner_mut().host_mut(), data))
     }
 
     /// Polls the CQ and the event channel once; reads and re-posts consumed receives.
     fn pump(&mut self) -> Result<(), Stop> {
-        let (ch, cq, solicited) = (self.node.ch, self.cq, self.solicited_only);
-        let (wcs, evs, generation, now) = self.h().with(|ep, now| {
-            let mut wcs: Vec<WorkCompletion> = Vec::new();
-            if let Some(cq) = cq {
-                let nic = ep.inner_mut().nic_mut();
-                while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
-                // Re-arm, then poll again: a completion between the two would not notify.
-                let _ = nic.req_notify_cq(cq, solicited);
-                while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
-            }
+        let (node, l, solicited) = (self.node, &mut self.l, self.solicited_only);
+        let ch = node.ch;
+        let (polled, evs, generation, now) = node.handle().with(|ep, now| {
+            let polled = l.poll(ep.inner_mut().host_mut(), solicited);
             let mut evs = Vec::new();
             while let Some(ev) = get_event(ep, ch) {
                 evs.push(ev);
             }
-            (wcs, evs, ep.generation(), now)
+            (polled, evs, ep.generation(), now)
         });
         self.generation = generation;
         for ev in evs {
             self.record_event(&ev, now);
             self.pending.push_back(ev);
         }
-        for wc in wcs {
-            self.complete(&wc)?;
-        }
-        Ok(())
-    }
-
-    fn complete(&mut self, wc: &WorkCompletion) -> Result<(), Stop> {
-        match wc.status {
-            WcStatus::Success => self.tally.success += 1,
-            WcStatus::WrFlushErr => self.tally.flushed += 1,
-            other => {
-                *self.errors.entry(wc_name(other)).or_insert(0) += 1;
-                self.transport_error.get_or_insert(other);
-            }
-        }
-        if let Some(slot) = self.recv_out.remove(&wc.wr_id) {
-            match wc.status {
-                WcStatus::Success => {
-                    let off = slot * self.layout.slot;
-                    let data = self.load(off, wc.byte_len)?;
-                    self.messages.push_back(data);
-                    if !self.disconnecting {
-                        self.post_recv(slot)?;
-                    }
-                }
-                WcStatus::WrFlushErr => self.tally.flushed_recvs += 1,
-                _ => {}
-            }
-        } else if self.send_out.remove(&wc.wr_id).is_none() {
-            self.tally.unexpected += 1;
-        }
-        Ok(())
+        polled
     }
 
     /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
@@ -620,8 +477,8 @@ impl<'a> Session<'a> {
             if cond(self) {
                 return Ok(());
             }
-            if !self.disconnecting {
-                if let Some(s) = self.transport_error {
+            if !self.l.disconnecting {
+                if let Some(s) = self.l.transport_error {
                     return Err(Stop::Transport(s));
                 }
                 if self
@@ -640,7 +497,7 @@ impl<'a> Session<'a> {
             let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
             let ch = self.node.ch;
             self.h().wait_until(left, |ep| {
-                ep.generation() != g || ep.inner().cm().pending_events(ch) > 0
+                ep.generation() != g || ep.inner().host().cm().pending_events(ch) > 0
             });
         }
     }
@@ -664,16 +521,16 @@ impl<'a> Session<'a> {
 
     fn next_message(&mut self, what: &str) -> Result<Vec<u8>, Stop> {
         self.solicited_only = true;
-        let r = self.wait(what, |s| !s.messages.is_empty());
+        let r = self.wait(what, |s| !s.l.messages.is_empty());
         self.solicited_only = false;
         r?;
-        self.messages
+        self.l.messages
             .pop_front()
             .ok_or_else(|| Stop::Failed("no message".into()))
     }
 
     fn wait_send(&mut self, wr_id: u64, what: &str) -> Result<(), Stop> {
-        self.wait(what, |s| !s.send_out.contains_key(&wr_id))
+        self.wait(what, |s| !s.l.send_out.contains_key(&wr_id))
     }
 
     /// The last SEND of the data phase: its completion, or the peer's DISCONNECTED. The peer
@@ -681,7 +538,7 @@ impl<'a> Session<'a> {
     /// retransmission is acknowledged, and the WR is flushed in the teardown.
     fn wait_closing_send(&mut self, wr_id: u64, what: &str) -> Result<(), Stop> {
         self.wait(what, |s| {
-            !s.send_out.contains_key(&wr_id)
+            !s.l.send_out.contains_key(&wr_id)
                 || s.pending.iter().any(|e| e.event == CmEventType::Disconnected)
         })
     }
@@ -699,8 +556,8 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Kills the peer (fault layer) when `at` is the `--kill-peer-after` point: iteration
-    /// `at` is about to start (server: its request has arrived), or `at` = count (the close).
+    /// Kills the peer (fault layer) at the close when `--kill-peer-after` ≥ count (earlier
+    /// points pause the data phase instead).
     fn maybe_kill(&mut self, at: u32) {
         if self.kill_after.map(|k| k.min(self.params.count)) == Some(at) {
             let now = self.h().with(|ep, now| {
@@ -718,7 +575,7 @@ impl<'a> Session<'a> {
     fn client_connect(&mut self) -> Result<(), Stop> {
         let id = self.id;
         self.h()
-            .with(|ep, _| ep.inner_mut().split().0.resolve_route(id))
+            .with(|ep, _| ep.inner_mut().host_mut().split().0.resolve_route(id))
             .map_err(|e| Stop::Failed(format!("rdma_resolve_route: {e}")))?;
         self.expect_event(CmEventType::RouteResolved)?;
         self.create_resources()?;
@@ -728,7 +585,7 @@ impl<'a> Session<'a> {
         };
         self.h()
             .with(|ep, now| {
-                let (cm, dev) = ep.inner_mut().split();
+                let (cm, dev) = ep.inner_mut().host_mut().split();
                 cm.connect(dev, now, id, &param)
             })
             .map_err(|e| Stop::Failed(format!("rdma_connect: {e}")))?;
@@ -742,7 +599,7 @@ impl<'a> Session<'a> {
         let id = self.id;
         self.h()
             .with(|ep, now| {
-                let (cm, dev) = ep.inner_mut().split();
+                let (cm, dev) = ep.inner_mut().host_mut().split();
                 cm.accept(dev, now, id, &conn_param())
             })
             .map_err(|e| Stop::Failed(format!("rdma_accept: {e}")))?;
@@ -752,10 +609,10 @@ impl<'a> Session<'a> {
 
     /// Sends this side's buffer info and receives the peer's.
     fn exchange_info(&mut self) -> Result<(), Stop> {
-        let mr = self.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
+        let mr = self.l.mr.ok_or_else(|| Stop::Failed("no MR".into()))?;
         let mut info = Vec::with_capacity(INFO_LEN);
-        info.extend_from_slice(&(mr.addr + self.layout.write_target).to_le_bytes());
-        info.extend_from_slice(&(mr.addr + self.layout.read_source).to_le_bytes());
+        info.extend_from_slice(&(mr.addr + self.l.layout.write_target).to_le_bytes());
+        info.extend_from_slice(&(mr.addr + self.l.layout.read_source).to_le_bytes());
         info.extend_from_slice(&mr.rkey.to_le_bytes());
         info.extend_from_slice(&self.params.size.to_le_bytes());
         info.extend_from_slice(MAGIC);
@@ -789,41 +646,81 @@ impl<'a> Session<'a> {
             .ok_or_else(|| Stop::Failed("no peer info".into()))
     }
 
+    /// Runs the iterations as a [`DataPhase`] inside the endpoint (the driver's thread reacts
+    /// to each completion), pausing once at the `--kill-peer-after` point to kill the peer.
+    fn run_data_phase(&mut self) -> Result<(), Stop> {
+        let p = self.peer()?;
+        let count = self.params.count;
+        let mut d = DataPhase::new(
+            self.role,
+            self.params.op,
+            count,
+            self.params.size,
+            p,
+            std::mem::take(&mut self.l),
+        );
+        d.pause_at = self.kill_after.filter(|k| *k < count);
+        let start = self.h().now();
+        self.h().with(|ep, now| ep.inner_mut().start(d, now));
+        let ch = self.node.ch;
+        let mut steps = 0;
+        let outcome = loop {
+            self.h().wait_until(self.timeout, |ep| {
+                ep.inner().data_settled() || ep.inner().host().cm().pending_events(ch) > 0
+            });
+            let (outcome, now_steps, disconnected) = self.h().with(|ep, now| {
+                let h = ep.inner_mut();
+                let cm = h.host().cm().pending_events(ch) > 0;
+                let d = h.data.as_mut();
+                let outcome = d.as_ref().and_then(|d| d.outcome.clone());
+                let n = d.as_ref().map_or(0, |d| d.steps);
+                if outcome == Some(Outcome::Paused) {
+                    if let Some(d) = h.data.as_mut() {
+                        d.resume();
+                    }
+                    ep.kill_peer();
+                    ep.inner_mut().step(now);
+                }
+                (outcome, n, cm)
+            });
+            match outcome {
+                Some(Outcome::Paused) => {
+                    let (now, at) = (self.h().now(), self.kill_after.unwrap_or(0));
+                    self.note(
+                        now,
+                        format!("--kill-peer-after: the peer is dead from iteration {at} on"),
+                    );
+                }
+                Some(o) => break o,
+                // A CM event (DISCONNECTED) during the data phase, or no progress.
+                None if disconnected => break Outcome::Stopped(Stop::PeerDisconnected),
+                None if now_steps == steps => {
+                    break Outcome::Stopped(Stop::Timeout(format!(
+                        "iteration traffic ({} of {count} done)",
+                        self.h()
+                            .with(|ep, _| ep.inner().data.as_ref().map_or(0, |d| d.iterations))
+                    )))
+                }
+                None => steps = now_steps,
+            }
+        };
+        let Some(d) = self.h().with(|ep, _| ep.inner_mut().data.take()) else {
+            return Err(Stop::Failed("the data phase vanished".into()));
+        };
+        self.data_ns = Some((start.as_nanos(), self.h().now().as_nanos()));
+        self.l = d.ledger;
+        self.iterations = d.iterations;
+        self.bytes_verified += d.bytes_verified;
+        self.rtts_ns = d.rtts_ns;
+        match outcome {
+            Outcome::Stopped(stop) => Err(stop),
+            _ => Ok(()),
+        }
+    }
+
     /// The client's iterations and closing FIN / FIN-ACK.
     fn client_data(&mut self) -> Result<(), Stop> {
-        let (size, l) = (self.params.size, self.layout);
-        let start = self.h().now();
-        for i in 0..self.params.count {
-            self.maybe_kill(i);
-            let p = self.peer()?;
-            let t = self.h().now();
-            if matches!(self.params.op, PingOp::All | PingOp::Write) {
-                self.store(l.scratch, &pattern(i, b'W', size))?;
-                let wr = self.post_send("RDMA WRITE", |id, mr| {
-                    SendWr::rdma_write(id, vec![mr.sge(l.scratch, size)], p.write_addr, p.rkey)
-                })?;
-                if self.params.op == PingOp::Write {
-                    self.wait_send(wr, "the RDMA WRITE's completion")?;
-                }
-            }
-            if matches!(self.params.op, PingOp::All | PingOp::Send) {
-                let wr = self.send(&pattern(i, b'S', size))?;
-                let pong = self.next_message("the server's reply SEND")?;
-                self.rtts_ns.push(self.h().now().as_nanos() - t.as_nanos());
-                self.verify("reply SEND", &pong, &pattern(i, b'P', size))?;
-                self.wait_send(wr, "the SEND's completion")?;
-            }
-            if self.params.op == PingOp::All {
-                let wr = self.post_send("RDMA READ", |id, mr| {
-                    SendWr::rdma_read(id, vec![mr.sge(l.scratch, size)], p.read_addr, p.rkey)
-                })?;
-                self.wait_send(wr, "the RDMA READ's completion")?;
-                let got = self.load(l.scratch, size)?;
-                self.verify("RDMA READ", &got, &pattern(i, b'R', size))?;
-            }
-            self.iterations = i + 1;
-        }
-        self.data_ns = Some((start.as_nanos(), self.h().now().as_nanos()));
+        self.run_data_phase()?;
         self.maybe_kill(self.params.count);
         let wr = self.send(FIN)?;
         let ack = self.next_message("FIN-ACK")?;
@@ -835,24 +732,10 @@ impl<'a> Session<'a> {
 
     /// The server's side of the iterations and the closing FIN / FIN-ACK.
     fn server_data(&mut self) -> Result<(), Stop> {
-        let (size, l) = (self.params.size, self.layout);
+        let (size, l) = (self.params.size, self.l.layout);
         let op = self.params.op;
         if op != PingOp::Write {
-            for i in 0..self.params.count {
-                let msg = self.next_message("the client's SEND")?;
-                self.verify("SEND", &msg, &pattern(i, b'S', size))?;
-                if op == PingOp::All {
-                    // The WRITE was posted before the SEND on the same QP: it has landed.
-                    let got = self.load(l.write_target, size)?;
-                    self.verify("RDMA WRITE", &got, &pattern(i, b'W', size))?;
-                    self.store(l.read_source, &pattern(i, b'R', size))?;
-                }
-                self.maybe_kill(i);
-                // The reply's completion is polled later: the client's next request proves
-                // it arrived, and a failure shows as an error completion in any wait.
-                self.send(&pattern(i, b'P', size))?;
-                self.iterations = i + 1;
-            }
+            self.run_data_phase()?;
         }
         let fin = self.next_message("FIN")?;
         if fin != FIN {
@@ -872,27 +755,27 @@ impl<'a> Session<'a> {
 
     fn rdma_disconnect(&mut self, why: &str) {
         let id = self.id;
-        let posted = self.recv_out.len() as u64;
+        let posted = self.l.recv_out.len() as u64;
         let (r, now) = self.h().with(|ep, now| {
-            let (cm, dev) = ep.inner_mut().split();
+            let (cm, dev) = ep.inner_mut().host_mut().split();
             (cm.disconnect(dev, now, id), now)
         });
         if let Err(e) = r {
             self.failures.push(format!("rdma_disconnect failed: {e}"));
         }
-        self.disconnecting = true;
-        let flushed_before = self.tally.flushed_recvs;
+        self.l.disconnecting = true;
+        let flushed_before = self.l.tally.flushed_recvs;
         let _ = self.pump();
         let st = self.qp_state("after rdma_disconnect");
-        if self.tally.recvs_posted_at_err == 0 {
-            self.tally.recvs_posted_at_err = posted + flushed_before;
+        if self.l.tally.recvs_posted_at_err == 0 {
+            self.l.tally.recvs_posted_at_err = posted + flushed_before;
         }
         self.note(
             now,
             format!(
                 "rdma_disconnect ({why}) → QP {}; {} receives flushed (WR_FLUSH_ERR)",
                 st.map_or("?".into(), qp_state_name),
-                self.tally.flushed_recvs - flushed_before,
+                self.l.tally.flushed_recvs - flushed_before,
             ),
         );
     }
@@ -905,13 +788,13 @@ impl<'a> Session<'a> {
         };
         // The receives the QP held when it went to ERR (a transport error may have got there
         // first).
-        if self.transport_error.is_some() {
-            self.tally.recvs_posted_at_err = self.recv_out.len() as u64 + self.tally.flushed_recvs;
+        if self.l.transport_error.is_some() {
+            self.l.tally.recvs_posted_at_err = self.l.recv_out.len() as u64 + self.l.tally.flushed_recvs;
         }
         if initiate {
             self.rdma_disconnect(&why);
         }
-        self.disconnecting = true;
+        self.l.disconnecting = true;
         let give_up = Duration::from_millis(2 * dreq_give_up_ms(&self.node.cfg) + 1000);
         self.timeout = self.timeout.max(give_up);
         let status = match self.expect_event(CmEventType::Disconnected) {
@@ -956,9 +839,9 @@ impl<'a> Session<'a> {
     }
 
     fn destroy(&mut self) {
-        let (id, qp, cq, mr) = (self.id, self.qp, self.cq, self.mr);
+        let (id, qp, cq, mr) = (self.id, self.l.qp, self.l.cq, self.l.mr);
         self.h().with(|ep, now| {
-            let (cm, dev) = ep.inner_mut().split();
+            let (cm, dev) = ep.inner_mut().host_mut().split();
             // Teardown errors change nothing in the report: the checks were made before.
             if let Some(qp) = qp {
                 let _ = dev.destroy_qp(qp.handle);
@@ -1022,7 +905,7 @@ impl<'a> Session<'a> {
         let killed = self.kill_after.is_some();
         check("connection ESTABLISHED".into(), self.established);
         if killed {
-            let retry = self.errors.contains_key("RETRY_EXC_ERR");
+            let retry = self.l.errors.contains_key("RETRY_EXC_ERR");
             check(
                 "after --kill-peer-after, an RC operation ended with RETRY_EXC_ERR (12)".into(),
                 retry,
@@ -1050,7 +933,7 @@ impl<'a> Session<'a> {
             );
             check(
                 "no completion with an error other than WR_FLUSH_ERR".into(),
-                self.errors.is_empty(),
+                self.l.errors.is_empty(),
             );
         }
         check("TIMEWAIT_EXIT after DISCONNECTED".into(), exited);
@@ -1062,23 +945,23 @@ impl<'a> Session<'a> {
             ),
             final_state == Some(QpState::Err),
         );
-        let posted = self.tally.recvs_posted_at_err;
+        let posted = self.l.tally.recvs_posted_at_err;
         check(
             format!(
                 "every still-posted receive ({posted}) flushed with WR_FLUSH_ERR exactly once ({} flushed, {} unexpected, {} still outstanding)",
-                self.tally.flushed_recvs,
-                self.tally.unexpected,
-                self.recv_out.len()
+                self.l.tally.flushed_recvs,
+                self.l.tally.unexpected,
+                self.l.recv_out.len()
             ),
             posted > 0
-                && self.tally.flushed_recvs == posted
-                && self.tally.unexpected == 0
-                && self.recv_out.is_empty(),
+                && self.l.tally.flushed_recvs == posted
+                && self.l.tally.unexpected == 0
+                && self.l.recv_out.is_empty(),
         );
         for f in &self.failures {
             check(f.clone(), false);
         }
-        self.tally.errors = std::mem::take(&mut self.errors).into_iter().collect();
+        self.l.tally.errors = std::mem::take(&mut self.l.errors).into_iter().collect();
         let latency = latency(&mut self.rtts_ns);
         let throughput = self.data_ns.and_then(|(a, b)| {
             let moved = match self.params.op {
@@ -1093,7 +976,7 @@ impl<'a> Session<'a> {
             })
         });
         let wire = self.h().with(|ep, _| {
-            let host = ep.inner();
+            let host = ep.inner().host();
             let nic = host.nic().datagram_counters();
             WireRecord {
                 nic_tx: nic.tx_datagrams,
@@ -1115,7 +998,7 @@ impl<'a> Session<'a> {
             iterations: self.iterations,
             bytes_verified: self.bytes_verified,
             events: self.events,
-            completions: self.tally,
+            completions: self.l.tally,
             qp_states: self.qp_states,
             timeline: self.timeline,
             latency,

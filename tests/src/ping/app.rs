@@ -1,0 +1,515 @@
+//! The ping application's sans-IO parts: the [`Ledger`] of one connection's work requests and
+//! buffers, and the [`DataPhase`] machine that runs the iterations inside the endpoint
+//! ([`PingHost`]), so that the UDP driver's thread reacts to a completion in the same wake-up
+//! that delivered the packet — as an `ibv_poll_cq` busy loop would — instead of handing it to
+//! the application's thread and back.
+
+use super::session::{pattern, wc_name, Stop};
+use super::{PingOp, Role};
+use crate::host::Host;
+use bytes::Bytes;
+use rnic_sim::fabric::Endpoint;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use verbs_core::{
+    CqHandle, Device, Mr, Qp, RecvWr, SendFlags, SendWr, SimTime, WcStatus, WorkCompletion,
+};
+
+/// Offsets into the connection's MR. Receive slots first, then the SEND buffer, the region
+/// the peer WRITEs into, the region the peer READs from, and a local scratch region (WRITE
+/// source, READ destination).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Layout {
+    /// Bytes per receive slot.
+    pub slot: u64,
+    /// Receive slots.
+    pub slots: u64,
+    /// Offset of the SEND buffer.
+    pub send: u64,
+    /// Offset of the region the peer WRITEs into.
+    pub write_target: u64,
+    /// Offset of the region the peer READs from.
+    pub read_source: u64,
+    /// Offset of the scratch region.
+    pub scratch: u64,
+    /// MR length.
+    pub len: u64,
+}
+
+impl Layout {
+    /// The layout for `size`-byte transfers and `recvs` receive slots.
+    pub fn new(size: u32, recvs: u32) -> Layout {
+        let slot = u64::from(size.max(64));
+        let slots = u64::from(recvs);
+        let send = slot * slots;
+        let region = u64::from(size);
+        Layout {
+            slot,
+            slots,
+            send,
+            write_target: send + slot,
+            read_source: send + slot + region,
+            scratch: send + slot + 2 * region,
+            len: send + slot + 3 * region,
+        }
+    }
+}
+
+/// The peer's buffers, from its info message.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerInfo {
+    /// Address of its write region.
+    pub write_addr: u64,
+    /// Address of its read region.
+    pub read_addr: u64,
+    /// Its MR's rkey.
+    pub rkey: u32,
+    /// Region length, bytes.
+    pub len: u32,
+}
+
+/// High bit of send WR ids (receive ids are below it).
+const SEND_WR: u64 = 1 << 32;
+
+/// One connection's verbs objects and the bookkeeping of every WR posted on them: which are
+/// outstanding, the messages received, completion counts.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// The QP, once created.
+    pub qp: Option<Qp>,
+    /// The CQ (send and receive).
+    pub cq: Option<CqHandle>,
+    /// The MR.
+    pub mr: Option<Mr>,
+    /// Where things are in the MR.
+    pub layout: Layout,
+    /// Outstanding receives: wr_id → slot.
+    pub recv_out: BTreeMap<u64, u64>,
+    /// Outstanding sends: wr_id → what.
+    pub send_out: BTreeMap<u64, &'static str>,
+    next_wr: u64,
+    /// Messages received and not yet consumed.
+    pub messages: VecDeque<Vec<u8>>,
+    /// Completion counts.
+    pub tally: super::report::CompletionTally,
+    /// Error statuses other than WR_FLUSH_ERR, by name.
+    pub errors: BTreeMap<String, u64>,
+    /// The first error status seen.
+    pub transport_error: Option<WcStatus>,
+    /// Disconnecting: consumed receives are not re-posted.
+    pub disconnecting: bool,
+}
+
+fn no(what: &str) -> Stop {
+    Stop::Failed(format!("no {what}"))
+}
+
+impl Ledger {
+    /// An empty ledger for `layout`.
+    pub fn new(layout: Layout) -> Ledger {
+        Ledger {
+            layout,
+            next_wr: 1,
+            ..Ledger::default()
+        }
+    }
+
+    /// Posts a receive into `slot`.
+    pub fn post_recv(&mut self, host: &mut Host, slot: u64) -> Result<(), Stop> {
+        let (qp, mr) = (self.qp.ok_or_else(|| no("QP"))?, self.mr.ok_or_else(|| no("MR"))?);
+        let wr_id = self.next_wr;
+        self.next_wr += 1;
+        let sge = mr.sge(slot * self.layout.slot, self.layout.slot as u32);
+        host.nic_mut()
+            .post_recv(qp.handle, &[RecvWr::new(wr_id, vec![sge])])
+            .map_err(|e| Stop::Failed(format!("ibv_post_recv: {}", e.error)))?;
+        self.recv_out.insert(wr_id, slot);
+        Ok(())
+    }
+
+    /// Posts one send WR built by `make(wr_id, mr)`; returns its wr_id.
+    pub fn post_send(
+        &mut self,
+        host: &mut Host,
+        what: &'static str,
+        make: impl FnOnce(u64, &Mr) -> SendWr,
+    ) -> Result<u64, Stop> {
+        let (qp, mr) = (self.qp.ok_or_else(|| no("QP"))?, self.mr.ok_or_else(|| no("MR"))?);
+        let wr_id = SEND_WR | self.next_wr;
+        self.next_wr += 1;
+        host.nic_mut()
+            .post_send(qp.handle, &[make(wr_id, &mr)])
+            .map_err(|e| Stop::Failed(format!("ibv_post_send ({what}): {}", e.error)))?;
+        self.send_out.insert(wr_id, what);
+        Ok(wr_id)
+    }
+
+    /// A solicited SEND of `data` from the send buffer (the receiver waits for solicited
+    /// completions only).
+    pub fn send(&mut self, host: &mut Host, data: &[u8]) -> Result<u64, Stop> {
+        self.store(host, self.layout.send, data)?;
+        let (off, len) = (self.layout.send, data.len() as u32);
+        self.post_send(host, "SEND", |id, mr| {
+            SendWr::send(id, vec![mr.sge(off, len)])
+                .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED)
+        })
+    }
+
+    /// Writes `data` at `offset` of the MR (the application's store).
+    pub fn store(&self, host: &mut Host, offset: u64, data: &[u8]) -> Result<(), Stop> {
+        let mr = self.mr.ok_or_else(|| no("MR"))?;
+        host.nic_mut()
+            .mr_write(mr.handle, offset, data)
+            .map_err(|e| Stop::Failed(format!("mr_write: {e}")))
+    }
+
+    /// Reads `len` bytes at `offset` of the MR.
+    pub fn load(&self, host: &Host, offset: u64, len: u32) -> Result<Vec<u8>, Stop> {
+        let mr = self.mr.ok_or_else(|| no("MR"))?;
+        let mut buf = vec![0u8; len as usize];
+        host.nic()
+            .mr_read(mr.handle, offset, &mut buf)
+            .map_err(|e| Stop::Failed(format!("mr_read: {e}")))?;
+        Ok(buf)
+    }
+
+    /// Polls the CQ empty, re-arms it (`solicited_only` or not) and polls again; books every
+    /// completion, reads and re-posts consumed receives.
+    pub fn poll(&mut self, host: &mut Host, solicited_only: bool) -> Result<(), Stop> {
+        let Some(cq) = self.cq else { return Ok(()) };
+        let mut wcs: Vec<WorkCompletion> = Vec::new();
+        let nic = host.nic_mut();
+        while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
+        // Re-arm, then poll again: a completion between the two would not notify.
+        let _ = nic.req_notify_cq(cq, solicited_only);
+        while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
+        for wc in wcs {
+            self.complete(host, &wc)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, host: &mut Host, wc: &WorkCompletion) -> Result<(), Stop> {
+        match wc.status {
+            WcStatus::Success => self.tally.success += 1,
+            WcStatus::WrFlushErr => self.tally.flushed += 1,
+            other => {
+                *self.errors.entry(wc_name(other)).or_insert(0) += 1;
+                self.transport_error.get_or_insert(other);
+            }
+        }
+        if let Some(slot) = self.recv_out.remove(&wc.wr_id) {
+            match wc.status {
+                WcStatus::Success => {
+                    let data = self.load(host, slot * self.layout.slot, wc.byte_len)?;
+                    self.messages.push_back(data);
+                    if !self.disconnecting {
+                        self.post_recv(host, slot)?;
+                    }
+                }
+                WcStatus::WrFlushErr => self.tally.flushed_recvs += 1,
+                _ => {}
+            }
+        } else if self.send_out.remove(&wc.wr_id).is_none() {
+            self.tally.unexpected += 1;
+        }
+        Ok(())
+    }
+}
+
+/// How a [`DataPhase`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every iteration done and verified.
+    Done,
+    /// Stopped at the `--kill-peer-after` point; the caller kills the peer and resumes.
+    Paused,
+    /// Stopped early.
+    Stopped(Stop),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// Client: about to start iteration `i`. Server: waiting for request `i`.
+    Next,
+    /// Client: waiting for the WRITE's completion (`--op write`).
+    WaitWrite(u64),
+    /// Client: waiting for the reply SEND.
+    WaitReply,
+    /// Client: waiting for the READ's completion.
+    WaitRead(u64),
+    /// Server: request `i` checked; reply next.
+    Reply,
+}
+
+/// The iterations of one side as a state machine, stepped inside the endpoint after every
+/// datagram and timeout (see the module docs).
+#[derive(Debug)]
+pub struct DataPhase {
+    role: Role,
+    op: PingOp,
+    count: u32,
+    size: u32,
+    peer: PeerInfo,
+    /// Pause (for the kill) when iteration `pause_at` is reached.
+    pub pause_at: Option<u32>,
+    /// The ledger, lent by the session for the data phase.
+    pub ledger: Ledger,
+    i: u32,
+    st: St,
+    t_iter: SimTime,
+    /// Round trips of the reply SEND, ns (client).
+    pub rtts_ns: Vec<u64>,
+    /// Bytes verified.
+    pub bytes_verified: u64,
+    /// Iterations done.
+    pub iterations: u32,
+    /// Datagrams and timeouts seen: the session's sign of progress.
+    pub steps: u64,
+    /// How it ended, once it has.
+    pub outcome: Option<Outcome>,
+}
+
+impl DataPhase {
+    /// The data phase of `role` for `count` iterations of `op` with `size` bytes.
+    pub fn new(
+        role: Role,
+        op: PingOp,
+        count: u32,
+        size: u32,
+        peer: PeerInfo,
+        ledger: Ledger,
+    ) -> DataPhase {
+        DataPhase {
+            role,
+            op,
+            count,
+            size,
+            peer,
+            pause_at: None,
+            ledger,
+            i: 0,
+            st: St::Next,
+            t_iter: SimTime::ZERO,
+            rtts_ns: Vec::new(),
+            bytes_verified: 0,
+            iterations: 0,
+            steps: 0,
+            outcome: None,
+        }
+    }
+
+    /// Resumes after a pause.
+    pub fn resume(&mut self) {
+        self.pause_at = None;
+        self.outcome = None;
+    }
+
+    fn verify(&mut self, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stop> {
+        if got != want {
+            let at = got.iter().zip(want).position(|(a, b)| a != b);
+            return Err(Stop::Failed(format!(
+                "{what}: {} bytes received, {} expected, first difference at {at:?}",
+                got.len(),
+                want.len()
+            )));
+        }
+        self.bytes_verified += want.len() as u64;
+        Ok(())
+    }
+
+    /// Polls the CQ and moves as far as the completions allow.
+    pub fn step(&mut self, host: &mut Host, now: SimTime) {
+        self.steps += 1;
+        if self.outcome.is_some() {
+            return;
+        }
+        if let Err(stop) = self.advance(host, now) {
+            self.outcome = Some(Outcome::Stopped(stop));
+        }
+    }
+
+    fn advance(&mut self, host: &mut Host, now: SimTime) -> Result<(), Stop> {
+        let (size, l) = (self.size, self.ledger.layout);
+        let p = self.peer;
+        loop {
+            self.ledger.poll(host, false)?;
+            if let Some(s) = self.ledger.transport_error {
+                return Err(Stop::Transport(s));
+            }
+            match (self.role, self.st) {
+                (_, St::Next) if self.i == self.count => {
+                    self.outcome = Some(Outcome::Done);
+                    return Ok(());
+                }
+                (Role::Client, St::Next) => {
+                    if self.pause_at == Some(self.i) {
+                        self.outcome = Some(Outcome::Paused);
+                        return Ok(());
+                    }
+                    self.t_iter = now;
+                    let i = self.i;
+                    let mut write = None;
+                    if matches!(self.op, PingOp::All | PingOp::Write) {
+                        self.ledger.store(host, l.scratch, &pattern(i, b'W', size))?;
+                        write = Some(self.ledger.post_send(host, "RDMA WRITE", |id, mr| {
+                            SendWr::rdma_write(
+                                id,
+                                vec![mr.sge(l.scratch, size)],
+                                p.write_addr,
+                                p.rkey,
+                            )
+                        })?);
+                    }
+                    self.st = match (self.op, write) {
+                        (PingOp::Write, Some(wr)) => St::WaitWrite(wr),
+                        _ => {
+                            self.ledger.send(host, &pattern(i, b'S', size))?;
+                            St::WaitReply
+                        }
+                    };
+                }
+                (Role::Client, St::WaitWrite(wr)) => {
+                    if self.ledger.send_out.contains_key(&wr) {
+                        return Ok(());
+                    }
+                    self.next_iteration();
+                }
+                (Role::Client, St::WaitReply) => {
+                    let Some(msg) = self.ledger.messages.pop_front() else {
+                        return Ok(());
+                    };
+                    self.rtts_ns
+                        .push(now.as_nanos().saturating_sub(self.t_iter.as_nanos()));
+                    self.verify("reply SEND", &msg, &pattern(self.i, b'P', size))?;
+                    if self.op == PingOp::All {
+                        let wr = self.ledger.post_send(host, "RDMA READ", |id, mr| {
+                            SendWr::rdma_read(
+                                id,
+                                vec![mr.sge(l.scratch, size)],
+                                p.read_addr,
+                                p.rkey,
+                            )
+                        })?;
+                        self.st = St::WaitRead(wr);
+                    } else {
+                        self.next_iteration();
+                    }
+                }
+                (Role::Client, St::WaitRead(wr)) => {
+                    if self.ledger.send_out.contains_key(&wr) {
+                        return Ok(());
+                    }
+                    let got = self.ledger.load(host, l.scratch, size)?;
+                    self.verify("RDMA READ", &got, &pattern(self.i, b'R', size))?;
+                    self.next_iteration();
+                }
+                (Role::Server, St::Next) => {
+                    let Some(msg) = self.ledger.messages.pop_front() else {
+                        return Ok(());
+                    };
+                    let i = self.i;
+                    self.verify("SEND", &msg, &pattern(i, b'S', size))?;
+                    if self.op == PingOp::All {
+                        // The WRITE was posted before the SEND on the same QP: it has landed.
+                        let got = self.ledger.load(host, l.write_target, size)?;
+                        self.verify("RDMA WRITE", &got, &pattern(i, b'W', size))?;
+                        self.ledger
+                            .store(host, l.read_source, &pattern(i, b'R', size))?;
+                    }
+                    self.st = St::Reply;
+                }
+                (Role::Server, St::Reply) => {
+                    if self.pause_at == Some(self.i) {
+                        self.outcome = Some(Outcome::Paused);
+                        return Ok(());
+                    }
+                    // The reply's completion is booked later: the client's next request
+                    // proves it arrived; a failure shows as an error completion.
+                    self.ledger.send(host, &pattern(self.i, b'P', size))?;
+                    self.next_iteration();
+                }
+                (_, state) => {
+                    return Err(Stop::Failed(format!(
+                        "{} in state {state:?}",
+                        self.role.name()
+                    )))
+                }
+            }
+        }
+    }
+
+    fn next_iteration(&mut self) {
+        self.i += 1;
+        self.iterations = self.i;
+        self.st = St::Next;
+    }
+}
+
+/// A [`Host`] with the ping application's [`DataPhase`] attached while it runs: the endpoint
+/// the UDP driver runs (behind the fault layer).
+#[derive(Debug)]
+pub struct PingHost {
+    host: Host,
+    /// The running data phase, if any.
+    pub data: Option<DataPhase>,
+}
+
+impl PingHost {
+    /// `host` without a data phase.
+    pub fn new(host: Host) -> PingHost {
+        PingHost { host, data: None }
+    }
+
+    /// The host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The host, mutably.
+    pub fn host_mut(&mut self) -> &mut Host {
+        &mut self.host
+    }
+
+    /// Attaches `d` and runs its first step at `now`.
+    pub fn start(&mut self, mut d: DataPhase, now: SimTime) {
+        d.step(&mut self.host, now);
+        self.data = Some(d);
+    }
+
+    /// Steps the data phase (after a pause's resume) at `now`.
+    pub fn step(&mut self, now: SimTime) {
+        if let Some(d) = self.data.as_mut() {
+            d.step(&mut self.host, now);
+        }
+    }
+
+    /// Whether the data phase has an outcome (or there is none running).
+    pub fn data_settled(&self) -> bool {
+        self.data.as_ref().is_none_or(|d| d.outcome.is_some())
+    }
+}
+
+impl Endpoint for PingHost {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.host.handle_datagram(now, src, bytes);
+        self.step(now);
+    }
+
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        self.host.poll_transmit(now)
+    }
+
+    fn poll_timeout(&self) -> Option<SimTime> {
+        self.host.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: SimTime) {
+        self.host.handle_timeout(now);
+        self.step(now);
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.host.addr()
+    }
+}
