@@ -147,11 +147,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         mtu: opts.mtu,
         ..WireOptions::default()
     };
-    let mut server = Server::bind(
-        SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0),
-        &side,
-        &wire,
-    )?;
+    let mut server = Server::bind(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0), &side, &wire)?;
     let addr = server.local_addr();
     let mut client = Client::bind(addr, &side, &wire)?;
     let params = Params {
@@ -171,9 +167,19 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         (c, s)
     });
     let (c, s) = (c?, s?.ok_or(DemoError::NoConnection)?);
-    let offset = match server.node().epoch().checked_duration_since(client.node().epoch()) {
+    let offset = match server
+        .node()
+        .epoch()
+        .checked_duration_since(client.node().epoch())
+    {
         Some(d) => d.as_nanos() as i128,
-        None => -(client.node().epoch().duration_since(server.node().epoch()).as_nanos() as i128),
+        None => {
+            -(client
+                .node()
+                .epoch()
+                .duration_since(server.node().epoch())
+                .as_nanos() as i128)
+        }
     };
     let mut t = String::new();
     let _ = writeln!(

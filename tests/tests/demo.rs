@@ -21,8 +21,18 @@ fn demo_passes_with_default_options() {
     assert!(r.transcript.contains("verdict: PASS"));
     // The transcript ends with the disconnect timeline of both sides.
     let timeline = r.transcript.split("disconnect timeline").nth(1).unwrap();
-    for step in ["client  rdma_disconnect", "server  DISCONNECTED (status 0), QP still RTS", "server  rdma_disconnect", "client  DISCONNECTED (status 0)", "TIMEWAIT_EXIT"] {
-        assert!(timeline.contains(step), "{step:?} missing:\n{}", r.transcript);
+    for step in [
+        "client  rdma_disconnect",
+        "server  DISCONNECTED (status 0), QP still RTS",
+        "server  rdma_disconnect",
+        "client  DISCONNECTED (status 0)",
+        "TIMEWAIT_EXIT",
+    ] {
+        assert!(
+            timeline.contains(step),
+            "{step:?} missing:\n{}",
+            r.transcript
+        );
     }
 }
 

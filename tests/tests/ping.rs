@@ -44,7 +44,10 @@ fn spawn_server(prefix: &[&str], listen: &str, args: &[&str]) -> ServerProc {
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    assert!(out.read_line(&mut line).unwrap() > 0, "server printed nothing");
+    assert!(
+        out.read_line(&mut line).unwrap() > 0,
+        "server printed nothing"
+    );
     let addr = match line.strip_prefix("listening on ") {
         Some(a) => a.trim().parse().unwrap(),
         None => serde_json::from_str::<Value>(&line).unwrap()["listening"]
@@ -84,8 +87,7 @@ fn run_client(prefix: &[&str], addr: SocketAddr, args: &[&str]) -> (i32, String)
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -192,7 +194,10 @@ fn ping_between_two_processes_client_disconnects_text_output() {
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "{cout}");
     assert!(cout.contains("QP states: after ESTABLISHED RTS; after rdma_disconnect ERR"));
     // The server answered: DISCONNECTED with its QP untouched, then its own rdma_disconnect.
-    assert!(sout.contains("on DISCONNECTED RTS; after rdma_disconnect ERR"), "{sout}");
+    assert!(
+        sout.contains("on DISCONNECTED RTS; after rdma_disconnect ERR"),
+        "{sout}"
+    );
 }
 
 #[test]
@@ -210,7 +215,8 @@ fn ping_json_for_both_disconnect_sides() {
             "--disconnect-by",
             by,
         ];
-        let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json", "--recvs", "2"], &args);
+        let ((cc, cout), (sc, sout)) =
+            ping_pair(&["--fast-timers", "--json", "--recvs", "2"], &args);
         assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
         let (c, s) = (report(&cout), report(&sout));
         assert_clean(&c, 3, 4, 1500);
@@ -225,7 +231,9 @@ fn ping_json_for_both_disconnect_sides() {
         // The side that did not disconnect saw DISCONNECTED with its QP still in RTS.
         let (active, passive) = if by == "client" { (&c, &s) } else { (&s, &c) };
         assert!(qp_states(passive).contains(&("on DISCONNECTED".into(), "RTS".into())));
-        assert!(!qp_states(active).iter().any(|(w, _)| w == "on DISCONNECTED"));
+        assert!(!qp_states(active)
+            .iter()
+            .any(|(w, _)| w == "on DISCONNECTED"));
         // Event timestamps never go backwards.
         let ts: Vec<f64> = c["events"]
             .as_array()
@@ -240,7 +248,16 @@ fn ping_json_for_both_disconnect_sides() {
 #[test]
 fn ping_ops_send_and_write_verify_and_pass() {
     for op in ["send", "write"] {
-        let args = ["--fast-timers", "--json", "--op", op, "--count", "20", "--size", "65536"];
+        let args = [
+            "--fast-timers",
+            "--json",
+            "--op",
+            op,
+            "--count",
+            "20",
+            "--size",
+            "65536",
+        ];
         let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json"], &args);
         assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
         let (c, s) = (report(&cout), report(&sout));
@@ -261,9 +278,15 @@ fn ping_ops_send_and_write_verify_and_pass() {
 
 #[test]
 fn ping_kill_peer_on_the_client_ends_in_retry_exc_err_and_dreq_timeout() {
-    let args = ["--fast-timers", "--json", "--count", "5", "--kill-peer-after", "2"];
-    let ((cc, cout), (sc, sout)) =
-        ping_pair(&["--fast-timers", "--json", "--timeout", "1"], &args);
+    let args = [
+        "--fast-timers",
+        "--json",
+        "--count",
+        "5",
+        "--kill-peer-after",
+        "2",
+    ];
+    let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json", "--timeout", "1"], &args);
     let (c, s) = (report(&cout), report(&sout));
     // The side with the fault flag expected exactly this: its verdict passes.
     assert_eq!(cc, 0, "{c:#}");
@@ -290,15 +313,28 @@ fn ping_kill_peer_on_the_server_ends_in_retry_exc_err_and_dreq_timeout() {
     assert_eq!(sc, 0, "{s:#}");
     assert_eq!(error_count(&s, "RETRY_EXC_ERR"), 1, "{s:#}");
     assert!(events(&s).contains(&("DISCONNECTED".into(), -110)));
-    assert_eq!(s["qp_states"].as_array().unwrap().last().unwrap()["state"], "ERR");
+    assert_eq!(
+        s["qp_states"].as_array().unwrap().last().unwrap()["state"],
+        "ERR"
+    );
     assert_eq!(cc, 1, "{c:#}");
     assert_eq!(c["verdict"], "FAIL");
 }
 
 #[test]
 fn ping_with_seeded_loss_recovers_by_retransmission() {
-    let args = ["--fast-timers", "--json", "--count", "30", "--drop-rate", "0.05", "--seed", "7"];
-    let ((cc, cout), (sc, sout)) = ping_pair(&["--fast-timers", "--json", "--drop-rate", "0.05"], &args);
+    let args = [
+        "--fast-timers",
+        "--json",
+        "--count",
+        "30",
+        "--drop-rate",
+        "0.05",
+        "--seed",
+        "7",
+    ];
+    let ((cc, cout), (sc, sout)) =
+        ping_pair(&["--fast-timers", "--json", "--drop-rate", "0.05"], &args);
     assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
     let (c, s) = (report(&cout), report(&sout));
     let dropped = |r: &Value| {
@@ -307,7 +343,8 @@ fn ping_with_seeded_loss_recovers_by_retransmission() {
     };
     assert!(dropped(&c) + dropped(&s) > 0);
     let retx = |r: &Value| {
-        r["wire"]["rc_retransmits"].as_u64().unwrap() + r["wire"]["cm_retransmits"].as_u64().unwrap()
+        r["wire"]["rc_retransmits"].as_u64().unwrap()
+            + r["wire"]["cm_retransmits"].as_u64().unwrap()
     };
     assert!(retx(&c) + retx(&s) > 0, "{c:#}\n{s:#}");
 }
@@ -351,7 +388,13 @@ fn ping_pcap_decodes_in_tshark_with_the_cm_handshake_and_disconnect() {
     let (cc, cout) = run_client(
         &[],
         s.addr,
-        &["--fast-timers", "--count", "2", "--pcap", pcap.to_str().unwrap()],
+        &[
+            "--fast-timers",
+            "--count",
+            "2",
+            "--pcap",
+            pcap.to_str().unwrap(),
+        ],
     );
     let (sc, sout) = s.finish();
     assert_eq!((cc, sc), (0, 0), "{cout}\n{sout}");
@@ -410,7 +453,13 @@ fn ping_pcap_decodes_in_tshark_with_the_cm_handshake_and_disconnect() {
     assert_eq!((dreq[7], dreq[8]), (client_comm, server_comm));
     assert_eq!((drep[9], drep[10]), (server_comm, client_comm));
     // Client → server MADs go to the server's socket; the REP and DREP come back.
-    for (row, to_server) in [(req, true), (rep, false), (rtu, true), (dreq, true), (drep, false)] {
+    for (row, to_server) in [
+        (req, true),
+        (rep, false),
+        (rtu, true),
+        (dreq, true),
+        (drep, false),
+    ] {
         assert_eq!(row[11] == port.to_string(), to_server, "{text}");
     }
 }
@@ -486,13 +535,26 @@ fn ping_between_two_network_namespaces_over_a_veth_pair() {
     let (cc, cout) = run_client(
         &["ip", "netns", "exec", b],
         s.addr,
-        &["--fast-timers", "--json", "--count", "5", "--disconnect-by", "server"],
+        &[
+            "--fast-timers",
+            "--json",
+            "--count",
+            "5",
+            "--disconnect-by",
+            "server",
+        ],
     );
     let (sc, sout) = s.finish();
     assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
     let (c, sr) = (report(&cout), report(&sout));
-    assert_eq!(c["local"].as_str().unwrap().split(':').next(), Some("10.77.0.2"));
-    assert_eq!(sr["peer"].as_str().unwrap().split(':').next(), Some("10.77.0.2"));
+    assert_eq!(
+        c["local"].as_str().unwrap().split(':').next(),
+        Some("10.77.0.2")
+    );
+    assert_eq!(
+        sr["peer"].as_str().unwrap().split(':').next(),
+        Some("10.77.0.2")
+    );
     assert_clean(&c, 4, 5, 4096);
     assert_clean(&sr, 4, 5, 4096);
 }
@@ -565,21 +627,37 @@ fn bench_ping_latency_and_write_throughput_vs_udp_and_qperf() {
     println!("best medians over {ROUNDS} rounds of {N} round trips: UDP {u:.1} µs, rnic ping {r:.1} µs = {:.2}× UDP", r / u);
     let ((cc, cout), (sc, _)) = ping_pair(
         &["--json"],
-        &["--json", "--op", "write", "--size", "65536", "--count", "5000"],
+        &[
+            "--json", "--op", "write", "--size", "65536", "--count", "5000",
+        ],
     );
     assert_eq!((cc, sc), (0, 0), "{cout}");
     let bw = report(&cout)["throughput"]["mbit_per_s"].as_f64().unwrap();
-    println!("rnic ping --op write --size 65536, 5000 WRITEs one at a time: {bw:.0} Mbit/s = {:.3} GB/s", bw / 8e3);
+    println!(
+        "rnic ping --op write --size 65536, 5000 WRITEs one at a time: {bw:.0} Mbit/s = {:.3} GB/s",
+        bw / 8e3
+    );
     // qperf (Debian package `qperf`): a server in the background, the client here. qperf
     // prints no readiness line: the first client run is retried until the listener answers.
     // qperf's `latency` is half the round trip.
-    match Command::new("qperf").stdout(Stdio::null()).stderr(Stdio::null()).spawn() {
+    match Command::new("qperf")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
         Ok(mut server) => {
-            let lat = (0..1000).find_map(|_| tool("qperf", &["127.0.0.1", "-t", "2", "-m", "64", "udp_lat", "tcp_lat"]));
+            let lat = (0..1000).find_map(|_| {
+                tool(
+                    "qperf",
+                    &["127.0.0.1", "-t", "2", "-m", "64", "udp_lat", "tcp_lat"],
+                )
+            });
             match lat {
                 Some(out) => {
                     println!("qperf -m 64 (latency = one way):\n{out}");
-                    if let Some(out) = tool("qperf", &["127.0.0.1", "-t", "2", "-m", "65536", "tcp_bw"]) {
+                    if let Some(out) =
+                        tool("qperf", &["127.0.0.1", "-t", "2", "-m", "65536", "tcp_bw"])
+                    {
                         println!("qperf -m 65536:\n{out}");
                     }
                 }

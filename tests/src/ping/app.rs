@@ -116,7 +116,10 @@ impl Ledger {
 
     /// Posts a receive into `slot`.
     pub fn post_recv(&mut self, host: &mut Host, slot: u64) -> Result<(), Stop> {
-        let (qp, mr) = (self.qp.ok_or_else(|| no("QP"))?, self.mr.ok_or_else(|| no("MR"))?);
+        let (qp, mr) = (
+            self.qp.ok_or_else(|| no("QP"))?,
+            self.mr.ok_or_else(|| no("MR"))?,
+        );
         let wr_id = self.next_wr;
         self.next_wr += 1;
         let sge = mr.sge(slot * self.layout.slot, self.layout.slot as u32);
@@ -134,7 +137,10 @@ impl Ledger {
         what: &'static str,
         make: impl FnOnce(u64, &Mr) -> SendWr,
     ) -> Result<u64, Stop> {
-        let (qp, mr) = (self.qp.ok_or_else(|| no("QP"))?, self.mr.ok_or_else(|| no("MR"))?);
+        let (qp, mr) = (
+            self.qp.ok_or_else(|| no("QP"))?,
+            self.mr.ok_or_else(|| no("MR"))?,
+        );
         let wr_id = SEND_WR | self.next_wr;
         self.next_wr += 1;
         host.nic_mut()
@@ -351,7 +357,8 @@ impl DataPhase {
                     let i = self.i;
                     let mut write = None;
                     if matches!(self.op, PingOp::All | PingOp::Write) {
-                        self.ledger.store(host, l.scratch, &pattern(i, b'W', size))?;
+                        self.ledger
+                            .store(host, l.scratch, &pattern(i, b'W', size))?;
                         write = Some(self.ledger.post_send(host, "RDMA WRITE", |id, mr| {
                             SendWr::rdma_write(
                                 id,

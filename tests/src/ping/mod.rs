@@ -15,10 +15,10 @@
 //!
 //! Faults ([`wire`]) live between the UDP driver and the host: seeded loss and a dead peer.
 
-pub mod report;
-pub mod session;
 pub mod app;
 pub mod cli;
+pub mod report;
+pub mod session;
 pub mod wire;
 
 pub use report::PingReport;

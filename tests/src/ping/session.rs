@@ -5,11 +5,11 @@
 //! [`UdpHandle::wait_until`] on the fault layer's generation counter, which moves with every
 //! datagram and timeout the driver hands in: no polling loop, no sleep.
 
-use super::report::{
-    upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord,
-    Throughput, TimelineEntry, WireRecord,
-};
 use super::app::{DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
+use super::report::{
+    upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
+    TimelineEntry, WireRecord,
+};
 use super::wire::FaultyEndpoint;
 use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
 use crate::host::Host;
@@ -65,7 +65,7 @@ impl Params {
         let disconnect_by = DisconnectBy::from_u8(b[6])?;
         let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
         let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
-        (size >= 1 && size <= super::MAX_SIZE).then_some(Params {
+        (1..=super::MAX_SIZE).contains(&size).then_some(Params {
             op,
             count,
             size,
@@ -202,7 +202,8 @@ impl Node {
     /// Routes the GID of `peer`'s IP to `peer` (the client, before connecting).
     pub fn set_peer(&self, peer: SocketAddr) {
         self.handle().with(|ep, _| {
-            ep.inner_mut().host_mut()
+            ep.inner_mut()
+                .host_mut()
                 .nic_mut()
                 .set_peer_addr(Gid::from_ip(peer.ip()), peer)
         });
@@ -524,7 +525,8 @@ impl<'a> Session<'a> {
         let r = self.wait(what, |s| !s.l.messages.is_empty());
         self.solicited_only = false;
         r?;
-        self.l.messages
+        self.l
+            .messages
             .pop_front()
             .ok_or_else(|| Stop::Failed("no message".into()))
     }
@@ -539,7 +541,9 @@ impl<'a> Session<'a> {
     fn wait_closing_send(&mut self, wr_id: u64, what: &str) -> Result<(), Stop> {
         self.wait(what, |s| {
             !s.l.send_out.contains_key(&wr_id)
-                || s.pending.iter().any(|e| e.event == CmEventType::Disconnected)
+                || s.pending
+                    .iter()
+                    .any(|e| e.event == CmEventType::Disconnected)
         })
     }
 
@@ -789,7 +793,8 @@ impl<'a> Session<'a> {
         // The receives the QP held when it went to ERR (a transport error may have got there
         // first).
         if self.l.transport_error.is_some() {
-            self.l.tally.recvs_posted_at_err = self.l.recv_out.len() as u64 + self.l.tally.flushed_recvs;
+            self.l.tally.recvs_posted_at_err =
+                self.l.recv_out.len() as u64 + self.l.tally.flushed_recvs;
         }
         if initiate {
             self.rdma_disconnect(&why);
@@ -810,7 +815,10 @@ impl<'a> Session<'a> {
                     format!(
                         "DISCONNECTED (status {}){}",
                         ev.status,
-                        st.map_or(String::new(), |s| format!(", QP still {}", qp_state_name(s)))
+                        st.map_or(String::new(), |s| format!(
+                            ", QP still {}",
+                            qp_state_name(s)
+                        ))
                     ),
                 );
                 Some(ev.status)
@@ -940,7 +948,11 @@ impl<'a> Session<'a> {
         check(
             format!(
                 "QP in ERR after {}rdma_disconnect, got {}",
-                if we_disconnect { "our " } else { "answering with " },
+                if we_disconnect {
+                    "our "
+                } else {
+                    "answering with "
+                },
                 final_state.map_or("?".into(), qp_state_name)
             ),
             final_state == Some(QpState::Err),
