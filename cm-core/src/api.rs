@@ -135,7 +135,7 @@ pub struct CmEvent {
     seq: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct IdRec {
     channel: EventChannel,
     ps: RdmaPortSpace,
@@ -155,7 +155,7 @@ struct IdRec {
 }
 
 /// The rdma_cm of one host/device. See the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RdmaCm {
     engine: CmEngine,
     local_gid: Gid,
