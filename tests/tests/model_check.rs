@@ -38,7 +38,7 @@ use cm_core::engine::{CmConfig, IbCmId, IbCmState};
 use cm_core::wire::{self, RdmaPortSpace, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ};
 use rnic_sim::roce::Packet;
 use rnic_sim::{SimDevice, SimDeviceConfig};
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, Expectation, Model, Property};
 use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -64,9 +64,10 @@ struct Bounds {
     /// `rdma_disconnect` calls each application may make (the second one answers a DREQ that
     /// crossed its own).
     disconnect_calls: u8,
-    /// Whether the network may duplicate a packet (each at most once).
-    duplicate: bool,
-    /// Whether each application may post one SEND once it has seen its QP in ERR.
+    /// Packets the network may duplicate in one run.
+    duplicates: u8,
+    /// Whether each application posts one SEND right after its first `rdma_disconnect` (to its
+    /// QP in ERR, so it must be flushed: S4).
     send_after_err: bool,
     /// Adds the deliberately wrong property "at most one DREQ sent per host" (mutation check).
     wrong_property: bool,
@@ -78,7 +79,7 @@ impl Bounds {
             max_cm_retries: 1,
             recvs: 2,
             disconnect_calls: 2,
-            duplicate: true,
+            duplicates: 0,
             send_after_err: true,
             wrong_property: false,
         }
@@ -142,21 +143,19 @@ impl Node {
     }
 }
 
-/// A packet in flight.
+/// A packet sent.
 #[derive(Clone, Debug)]
 struct Msg {
     from: usize,
     /// CM attribute ID of the MAD (0 for a non-MAD packet).
     attr: u16,
     packet: Packet,
-    /// Already duplicated (or a duplicate): not duplicated again.
-    dup: bool,
 }
 
 impl Msg {
-    fn key(&self) -> (usize, u16, u32, &[u8], bool) {
+    fn key(&self) -> (usize, u16, u32, &[u8]) {
         let p = &self.packet;
-        (self.from, self.attr, p.bth.psn, &p.payload[..], self.dup)
+        (self.from, self.attr, p.bth.psn, &p.payload[..])
     }
 }
 
@@ -224,7 +223,13 @@ impl Hist {
 #[derive(Clone, Debug)]
 struct State {
     nodes: Vec<Node>,
+    /// Packets just sent whose fate (lost, in flight, duplicated) is not chosen yet, oldest
+    /// first.
+    sent: Vec<Msg>,
+    /// Packets in flight (a multiset, in canonical order), each to be delivered.
     net: Vec<Msg>,
+    /// Duplications the network may still make.
+    dups_left: u8,
     hist: Vec<Hist>,
 }
 
@@ -256,16 +261,16 @@ impl PartialEq for State {
 enum Action {
     /// The application of host `h` calls `rdma_disconnect`.
     Disconnect(usize),
-    /// The application of host `h` posts a SEND to its QP in ERR.
-    PostSend(usize),
     /// Host `h`'s earliest timer fires (its clock jumps to the deadline).
     Fire(usize),
+    /// The oldest packet just sent goes in flight.
+    Transmit,
+    /// The oldest packet just sent is lost.
+    Lose,
+    /// The oldest packet just sent goes in flight twice.
+    Duplicate,
     /// The `i`-th packet in flight reaches its destination.
     Deliver(usize),
-    /// The `i`-th packet in flight is lost.
-    Drop(usize),
-    /// The `i`-th packet in flight is duplicated.
-    Duplicate(usize),
 }
 
 /// The model: only its bounds (the engines are not `Sync`, the model must be; the initial state
@@ -381,7 +386,9 @@ fn established(b: &Bounds) -> State {
     expect(&mut nodes[0], ch0, E::RouteResolved);
     {
         let n = &mut nodes[0];
-        n.cm.get().connect(&mut n.dev, t0, id0, &conn_param()).unwrap();
+        n.cm.get()
+            .connect(&mut n.dev, t0, id0, &conn_param())
+            .unwrap();
     }
     pump(&mut nodes);
 
@@ -390,7 +397,9 @@ fn established(b: &Bounds) -> State {
     {
         let n = &mut nodes[1];
         let (qp, cq) = resources(n.cm.get(), &mut n.dev, req.id);
-        n.cm.get().accept(&mut n.dev, t0, req.id, &conn_param()).unwrap();
+        n.cm.get()
+            .accept(&mut n.dev, t0, req.id, &conn_param())
+            .unwrap();
         (n.id, n.qp, n.cq) = (req.id, qp, cq);
     }
     pump(&mut nodes);
@@ -416,7 +425,9 @@ fn established(b: &Bounds) -> State {
     }
     let mut s = State {
         nodes,
+        sent: Vec::new(),
         net: Vec::new(),
+        dups_left: b.duplicates,
         hist,
     };
     settle(&mut s);
@@ -439,11 +450,10 @@ fn settle(s: &mut State) {
                 DREP => s.hist[from].drep_tx += 1,
                 _ => {}
             }
-            s.net.push(Msg {
+            s.sent.push(Msg {
                 from,
                 attr,
                 packet: t.packet,
-                dup: false,
             });
         }
     }
@@ -509,12 +519,22 @@ impl Model for DisconnectModel {
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
-        for h in 0..HOSTS {
-            if s.hist[h].disconnect_calls < self.bounds.disconnect_calls {
-                out.push(Action::Disconnect(h));
+        if !s.sent.is_empty() {
+            // A packet's fate is chosen when it is sent: losing or duplicating it later would
+            // reach the same states through more interleavings.
+            out.push(Action::Transmit);
+            out.push(Action::Lose);
+            if s.dups_left > 0 {
+                out.push(Action::Duplicate);
             }
-            if self.bounds.send_after_err && s.hist[h].qp_err_seen && !s.hist[h].sent_after_err {
-                out.push(Action::PostSend(h));
+            return;
+        }
+        for h in 0..HOSTS {
+            let hist = &s.hist[h];
+            // The first call at any time; another only in answer to DISCONNECTED.
+            let may_call = hist.disconnect_calls == 0 || hist.count(E::Disconnected) > 0;
+            if may_call && hist.disconnect_calls < self.bounds.disconnect_calls {
+                out.push(Action::Disconnect(h));
             }
             if s.nodes[h].deadline().is_some() {
                 out.push(Action::Fire(h));
@@ -526,10 +546,6 @@ impl Model for DisconnectModel {
                 continue;
             }
             out.push(Action::Deliver(i));
-            out.push(Action::Drop(i));
-            if self.bounds.duplicate && !m.dup {
-                out.push(Action::Duplicate(i));
-            }
         }
     }
 
@@ -541,20 +557,9 @@ impl Model for DisconnectModel {
                 let r = n.cm.get().disconnect(&mut n.dev, n.now, n.id);
                 s.hist[h].disconnect_calls += 1;
                 s.hist[h].disconnect_errors += u8::from(r.is_err());
-            }
-            Action::PostSend(h) => {
-                let n = &mut s.nodes[h];
-                let in_err = n.qp_state() == QpState::Err;
-                let wr_id = 100 * h as u64 + 50;
-                n.dev
-                    .post_send(n.qp.handle, &[SendWr::send(wr_id, Vec::new())])
-                    .unwrap();
-                s.hist[h].sent_after_err = true;
-                s.hist[h].posted.push(Posted {
-                    wr_id,
-                    queue: Queue::Send,
-                    in_err,
-                });
+                if self.bounds.send_after_err && !s.hist[h].sent_after_err {
+                    post_send(&mut s, h);
+                }
             }
             Action::Fire(h) => {
                 let n = &mut s.nodes[h];
@@ -578,13 +583,15 @@ impl Model for DisconnectModel {
                 n.dev.handle_packet(n.now, gid(m.from), m.packet);
                 n.cm.get().poll_gsi(&mut n.dev, n.now);
             }
-            Action::Drop(i) => {
-                s.net.remove(i);
+            Action::Transmit => s.net.push(s.sent.remove(0)),
+            Action::Lose => {
+                s.sent.remove(0);
             }
-            Action::Duplicate(i) => {
-                s.net[i].dup = true;
-                let copy = s.net[i].clone();
-                s.net.push(copy);
+            Action::Duplicate => {
+                let m = s.sent.remove(0);
+                s.net.push(m.clone());
+                s.net.push(m);
+                s.dups_left -= 1;
             }
         }
         settle(&mut s);
@@ -648,6 +655,22 @@ impl Model for DisconnectModel {
     }
 }
 
+/// The application of host `h` posts one SEND (no SGE).
+fn post_send(s: &mut State, h: usize) {
+    let n = &mut s.nodes[h];
+    let in_err = n.qp_state() == QpState::Err;
+    let wr_id = 100 * h as u64 + 50;
+    n.dev
+        .post_send(n.qp.handle, &[SendWr::send(wr_id, Vec::new())])
+        .unwrap();
+    s.hist[h].sent_after_err = true;
+    s.hist[h].posted.push(Posted {
+        wr_id,
+        queue: Queue::Send,
+        in_err,
+    });
+}
+
 fn done_count(h: &Hist, wr_id: u64) -> usize {
     h.done.iter().filter(|d| d.wr_id == wr_id).count()
 }
@@ -677,7 +700,9 @@ fn s1(_: &DisconnectModel, s: &State) -> bool {
 /// S2: a completion names a posted WR, and no WR completes twice.
 fn s2_at_most_once(_: &DisconnectModel, s: &State) -> bool {
     s.hist.iter().all(|h| {
-        h.done.iter().all(|d| h.posted.iter().any(|p| p.wr_id == d.wr_id))
+        h.done
+            .iter()
+            .all(|d| h.posted.iter().any(|p| p.wr_id == d.wr_id))
             && h.posted.iter().all(|p| done_count(h, p.wr_id) <= 1)
     })
 }
@@ -756,41 +781,65 @@ fn check(bounds: Bounds) -> impl Checker<DisconnectModel> {
         .join()
 }
 
-#[test]
-fn every_interleaving_of_the_disconnect_satisfies_s1_to_s5() {
+/// Explores every interleaving under `bounds`, asserts no `always` property has a
+/// counterexample (printing its actions if one has), every `sometimes` property was reached and
+/// more than `floor` unique states were explored (so a collapsed model fails), and prints the
+/// figures.
+fn check_all(name: &str, bounds: Bounds, floor: usize) {
     #[allow(clippy::disallowed_methods)] // wall time for the printed figure only, not asserted
     let start = std::time::Instant::now();
-    let checker = check(Bounds::standard());
+    let checker = check(bounds);
     let elapsed = start.elapsed();
     let unique = checker.unique_state_count();
     println!(
-        "model_check: {unique} unique states ({} generated), max depth {}, {elapsed:?}",
+        "model_check {name}: {unique} unique states ({} generated), max depth {}, {elapsed:.2?}",
         checker.state_count(),
         checker.max_depth()
     );
-    let model = checker.model();
-    for p in model.properties() {
+    for p in checker.model().properties() {
         let found = checker.discovery(p.name);
-        match p.expectation {
-            stateright::Expectation::Sometimes => {
-                assert!(found.is_some(), "never reached: {}", p.name)
-            }
-            _ => assert!(
-                found.is_none(),
-                "{} violated:\n{:#?}",
+        if p.expectation == Expectation::Sometimes {
+            assert!(found.is_some(), "{name}: never reached: {}", p.name);
+        } else if let Some(path) = found {
+            panic!(
+                "{name}: {} violated by {:?}\nlast state: {:#?}",
                 p.name,
-                found.map(|path| path.into_actions())
-            ),
+                path.clone().into_actions(),
+                path.last_state()
+            );
         }
     }
-    assert!(unique > 1_000, "the model collapsed: {unique} states");
+    assert!(
+        unique > floor,
+        "{name}: the model collapsed to {unique} states"
+    );
+}
+
+/// Lossy network, 2 DREQ tries, 2 receives + 1 SEND per side, up to 2 `rdma_disconnect` calls
+/// per side (the second in answer to DISCONNECTED).
+#[test]
+fn every_interleaving_of_a_lossy_disconnect_satisfies_s1_to_s5() {
+    check_all("lossy", Bounds::standard(), 100_000);
+}
+
+/// Lossy network that also duplicates one packet, 2 DREQ tries, 1 receive + 1 SEND per side,
+/// one `rdma_disconnect` call per side.
+#[test]
+fn every_interleaving_with_one_duplicated_packet_satisfies_s1_to_s5() {
+    let bounds = Bounds {
+        recvs: 1,
+        disconnect_calls: 1,
+        duplicates: 1,
+        ..Bounds::standard()
+    };
+    check_all("duplicating", bounds, 100_000);
 }
 
 #[test]
 fn the_checker_finds_a_counterexample_to_a_wrong_property() {
     let bounds = Bounds {
         wrong_property: true,
-        duplicate: false,
+        duplicates: 0,
         send_after_err: false,
         recvs: 1,
         disconnect_calls: 1,
@@ -802,9 +851,7 @@ fn the_checker_finds_a_counterexample_to_a_wrong_property() {
         .expect("a DREQ retransmission violates the wrong property");
     let actions = path.into_actions();
     assert!(actions.contains(&Action::Fire(0)) || actions.contains(&Action::Fire(1)));
-    assert!(
-        checker
-            .discovery("S1 DISCONNECTED once, nothing after but TIMEWAIT_EXIT")
-            .is_none()
-    );
+    assert!(checker
+        .discovery("S1 DISCONNECTED once, nothing after but TIMEWAIT_EXIT")
+        .is_none());
 }
