@@ -154,7 +154,8 @@ struct IdRec {
     connect_error: bool,
 }
 
-/// The rdma_cm of one host/device. See the module docs.
+/// The rdma_cm of one host/device. See the module docs. `Clone` is a full, independent
+/// snapshot, engine included (used by the model checker).
 #[derive(Debug, Clone)]
 pub struct RdmaCm {
     engine: CmEngine,

@@ -195,7 +195,9 @@ impl SimDeviceConfig {
     }
 }
 
-/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only.
+/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only. `Clone` is a
+/// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
+/// copies).
 #[derive(Debug, Clone)]
 pub struct SimDevice {
     cfg: SimDeviceConfig,

@@ -405,7 +405,8 @@ impl TimerIndex {
     }
 }
 
-/// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs.
+/// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs. `Clone` is
+/// a full, independent snapshot (used by the model checker).
 #[derive(Debug, Clone)]
 pub struct CmEngine {
     cfg: CmConfig,
