@@ -366,21 +366,20 @@ fn established(b: &Bounds) -> State {
         (cm.create_qp(dev, id, pd, &init).unwrap(), cq)
     };
     let (qp0, cq0) = resources(&mut cm0, &mut dev0, id0);
-    let placeholder = |cm, dev, id, qp, cq| Node {
+    let node = |cm, dev, ch, id, qp, cq| Node {
         cm: SyncCell::new(cm),
         dev,
         now: t0,
-        ch: EventChannel(0),
+        ch,
         id,
         qp,
         cq,
     };
+    // The passive node's id, QP and CQ are placeholders until it accepts.
     let mut nodes = vec![
-        placeholder(cm0, dev0, id0, qp0, cq0),
-        placeholder(cm1, dev1, lid, qp0, cq0),
+        node(cm0, dev0, ch0, id0, qp0, cq0),
+        node(cm1, dev1, ch1, lid, qp0, cq0),
     ];
-    nodes[0].ch = ch0;
-    nodes[1].ch = ch1;
     expect(&mut nodes[0], ch0, E::AddrResolved);
     nodes[0].cm.get().resolve_route(id0).unwrap();
     expect(&mut nodes[0], ch0, E::RouteResolved);
