@@ -75,7 +75,7 @@ pub struct Counters {
 }
 
 /// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Shared {
     /// The device's GID.
     pub gid: Gid,
@@ -195,8 +195,10 @@ impl SimDeviceConfig {
     }
 }
 
-/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only.
-#[derive(Debug)]
+/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only. `Clone` is a
+/// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
+/// copies).
+#[derive(Debug, Clone)]
 pub struct SimDevice {
     cfg: SimDeviceConfig,
     sh: Shared,

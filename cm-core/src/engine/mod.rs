@@ -378,7 +378,7 @@ impl Conn {
 /// An index of every armed deadline, so the next one is found without scanning every id (a
 /// host may hold thousands of connections). Ids whose deadlines may have changed are noted in
 /// `touched` (by `CmEngine::conn_mut`) and re-indexed lazily by `sync`, before any read.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct TimerIndex {
     by_time: BTreeSet<(SimTime, IbCmId)>,
     armed: BTreeMap<IbCmId, SimTime>,
@@ -405,8 +405,9 @@ impl TimerIndex {
     }
 }
 
-/// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs.
-#[derive(Debug)]
+/// Per-node IB CM: ids, lookup tables, timers, output queues. See the module docs. `Clone` is
+/// a full, independent snapshot (used by the model checker).
+#[derive(Debug, Clone)]
 pub struct CmEngine {
     cfg: CmConfig,
     rng: u64,
