@@ -1,0 +1,96 @@
+//! The World, the scenario swarm and the oracle, end to end: a user-style test, replay equals
+//! run, determinism, a batch of generated seeds passing the oracle, and every "sometimes"
+//! situation reached.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use rnic_testbed::scenario::{replay_seed, run_seed, Sometimes};
+use rnic_testbed::world::{Op, World, WorldConfig};
+
+#[test]
+fn user_style_test_connect_post_disconnect_passes_the_oracle() -> Result<(), Box<dyn std::error::Error>> {
+    let mut w = World::new(WorldConfig::two_hosts(7))?;
+    let c = w.establish(0, 1)?;
+    w.post_recvs(c.passive, 4);
+    w.post(c.active, Op::Send, 2);
+    w.run_for(1_000_000);
+    w.disconnect(c.active)?;
+    w.wait_event(1, Some(c.passive.id), cm_core::api::CmEventType::Disconnected)?;
+    w.disconnect(c.passive)?;
+    w.check()?;
+    Ok(())
+}
+
+#[test]
+fn replay_seed_reports_exactly_what_run_seed_reports() {
+    for seed in 0..50 {
+        let a = run_seed(seed);
+        let b = replay_seed(seed);
+        assert_eq!(a.trace_hash, b.report.trace_hash, "seed {seed}");
+        assert_eq!(a.violations, b.report.violations, "seed {seed}");
+        assert_eq!(a.sometimes, b.report.sometimes, "seed {seed}");
+        assert_eq!(a.faults, b.report.faults, "seed {seed}");
+    }
+}
+
+#[test]
+fn same_seed_same_hash_different_seeds_differ() {
+    let hashes: Vec<u64> = (0..40).map(|s| run_seed(s).trace_hash).collect();
+    let again: Vec<u64> = (0..40).map(|s| run_seed(s).trace_hash).collect();
+    assert_eq!(hashes, again);
+    let mut sorted = hashes.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), hashes.len(), "two seeds gave the same trace hash");
+}
+
+#[test]
+fn two_thousand_generated_seeds_pass_the_oracle() {
+    let mut failed = Vec::new();
+    for seed in 0..2000 {
+        let r = run_seed(seed);
+        if !r.passed() {
+            failed.push(r);
+        }
+    }
+    for r in failed.iter().take(5) {
+        eprintln!(
+            "seed {} quiescent {} {}\n{}",
+            r.seed,
+            r.quiescent,
+            r.faults,
+            r.violations
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    assert!(failed.is_empty(), "{} of 2000 seeds failed", failed.len());
+}
+
+#[test]
+fn every_sometimes_situation_is_reached_in_the_first_2000_seeds() {
+    let mut counts = [0u32; 7];
+    for seed in 0..2000 {
+        for (c, f) in counts.iter_mut().zip(run_seed(seed).sometimes.flags()) {
+            *c += u32::from(f);
+        }
+    }
+    for (name, c) in Sometimes::NAMES.iter().zip(counts) {
+        assert!(c > 0, "{name} never reached: {counts:?}");
+    }
+}
+
+#[test]
+fn replay_renders_trace_mermaid_and_a_pcap() {
+    let r = replay_seed(3);
+    let t = r.trace();
+    assert!(t.contains("sent REQ"), "{t}");
+    let m = r.mermaid();
+    assert!(m.starts_with("sequenceDiagram"));
+    assert!(m.contains("H0->>H1: REQ"), "{m}");
+    let p = r.pcap();
+    assert_eq!(&p[..4], &0xa1b2c3d4u32.to_le_bytes()[..]);
+    assert!(p.len() > 24 + 16 * 3);
+}
