@@ -91,6 +91,7 @@ fn replay_renders_trace_mermaid_and_a_pcap() {
     assert!(m.starts_with("sequenceDiagram"));
     assert!(m.contains("H0->>H1: REQ"), "{m}");
     let p = r.pcap();
-    assert_eq!(&p[..4], &0xa1b2c3d4u32.to_le_bytes()[..]);
+    let magic = u32::from_le_bytes(p[..4].try_into().unwrap());
+    assert!(magic == 0xa1b2_c3d4 || magic == 0xa1b2_3c4d, "{magic:#x}");
     assert!(p.len() > 24 + 16 * 3);
 }
