@@ -21,7 +21,8 @@
 //!   accepted from INIT), by the state tracked from the history; other calls may return only
 //!   0 or EINVAL.
 //! * **L1–L3** (only when the history was healed and is quiescent): an id on which disconnect
-//!   was called after ESTABLISHED gets exactly one DISCONNECTED (L1); a DISCONNECTED(0) caused by
+//!   was called after ESTABLISHED gets exactly one DISCONNECTED (L1; unless a REJ came instead:
+//!   Linux cm.c enters TimeWait on a REJ in DREQ_SENT and rdma_cm reports REJECTED, §4.5); a DISCONNECTED(0) caused by
 //!   a peer id's DREQ/DREP means that peer id got DISCONNECTED too (L2); an id that reached
 //!   TimeWait (DISCONNECTED after a DREP, with −110, or answered by a disconnect call) gets
 //!   TIMEWAIT_EXIT; nothing is left armed (L3). Ids destroyed, of hosts that crashed, or of
@@ -151,6 +152,9 @@ struct IdState {
     /// DISCONNECTED(0) came after a DREQ/DREP from this peer comm ID.
     caused_by: Option<u32>,
     qpn: u32,
+    /// REJECTED was reported (a REJ in ESTABLISHED/DREQ_SENT: TimeWait without DISCONNECTED,
+    /// cm-spec §4.5).
+    rejected: bool,
 }
 
 #[derive(Debug)]
@@ -327,6 +331,7 @@ impl Checker {
         let mut v: Vec<(Invariant, String)> = Vec::new();
         match event {
             E::ConnectRequest => id.has_cm_id = true,
+            E::Rejected => id.rejected = true,
             E::Established => {
                 if id.disconnected > 0 {
                     v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
@@ -570,7 +575,7 @@ impl Checker {
                 if s.destroyed || deaf(h) || !alive(&self.hosts, h, ep) {
                     continue;
                 }
-                if s.disconnect_connected && s.disconnected != 1 {
+                if s.disconnect_connected && s.disconnected != 1 && !(s.rejected && s.disconnected == 0) {
                     v.push(mk(
                         Invariant::L1,
                         h,

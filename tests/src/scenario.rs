@@ -174,6 +174,8 @@ pub struct Scenario {
     pub faults: Faults,
     /// Short CM timers (see [`WorldConfig::fast_timers`]).
     pub fast_timers: bool,
+    /// RNR retry count (see [`WorldConfig::rnr_retry`]).
+    pub rnr_retry: u8,
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[(u32, T)]) -> T {
@@ -227,6 +229,9 @@ impl Scenario {
             });
         }
         let heal_at_ns = unit * rng.range_u64(20..=40);
+        // Finite RNR retries: a SEND without a receive ends in RNR_RETRY_EXC_ERR instead of
+        // an RNR NAK loop until the heal (thousands of events, no new situation).
+        let rnr_retry = rng.range_u64(1..=6) as u8;
         let events = |rng: &mut Rng| {
             let late = rng.range_u64(1..=100) * US;
             pick(
@@ -391,6 +396,7 @@ impl Scenario {
                 heal_at_ns,
             },
             fast_timers,
+            rnr_retry,
         }
     }
 
@@ -398,8 +404,9 @@ impl Scenario {
     pub fn describe(&self) -> String {
         let f = &self.faults;
         let mut s = format!(
-            "timers={} loss={:.3} dup={:.3} jitter={}us heal={}ms",
+            "timers={} rnr_retry={} loss={:.3} dup={:.3} jitter={}us heal={}ms",
             if self.fast_timers { "fast" } else { "linux" },
+            self.rnr_retry,
             f.loss,
             f.duplicate,
             f.jitter_ns / US,
@@ -447,6 +454,7 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
         faults: scenario.faults.plan(),
         fast_timers: scenario.fast_timers,
         capture,
+        rnr_retry: scenario.rnr_retry,
     };
     let mut w = World::new(cfg)?;
     for (h, s) in scenario.hosts.iter().enumerate() {

@@ -62,14 +62,40 @@ pub fn host_ip(h: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, (h as u8).wrapping_add(1)))
 }
 
-/// Byte `i` of the S6 data pattern of stream `(seed, tag)` (SplitMix64 of the three; tag is a
-/// WR id for SEND/WRITE payloads, `1 << 63 | host` for a host's READ region).
-pub fn payload_byte(seed: u64, tag: u64, i: u64) -> u8 {
-    let mut z = seed ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i >> 3).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+/// Word `k` (bytes `8k..8k+8`, little-endian) of the S6 data pattern of stream `(seed, tag)`:
+/// SplitMix64's finaliser of the three. `tag` is a WR id for SEND/WRITE payloads and
+/// `1 << 63 | host` for a host's READ region.
+pub fn payload_word(seed: u64, tag: u64, k: u64) -> u64 {
+    let mut z = seed ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    (z >> ((i & 7) * 8)) as u8
+    z ^ (z >> 31)
+}
+
+/// Byte `i` of the S6 data pattern of stream `(seed, tag)` (see [`payload_word`]).
+pub fn payload_byte(seed: u64, tag: u64, i: u64) -> u8 {
+    (payload_word(seed, tag, i >> 3) >> ((i & 7) * 8)) as u8
+}
+
+/// Fills `buf` with the pattern of `(seed, tag)` starting at pattern byte `start` (a multiple
+/// of 8), a word at a time.
+fn fill_pattern(seed: u64, tag: u64, start: u64, buf: &mut [u8]) {
+    for (k, chunk) in buf.chunks_mut(8).enumerate() {
+        let w = payload_word(seed, tag, (start >> 3) + k as u64).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+}
+
+/// Whether `got` equals the pattern of `(seed, tag)` from pattern byte `base + skip` on (`base`
+/// a multiple of 8).
+fn matches_pattern(seed: u64, tag: u64, base: u64, got: &[u8], skip: usize) -> bool {
+    let mut want = [0u8; SLOT_BYTES as usize + 8];
+    let n = got.len() + skip;
+    if n > want.len() {
+        return false;
+    }
+    fill_pattern(seed, tag, base, &mut want[..n]);
+    want[skip..n] == *got
 }
 
 /// Configuration of a [`World`].
@@ -87,6 +113,9 @@ pub struct WorldConfig {
     pub fast_timers: bool,
     /// Keep the NICs' packet captures (for [`World::captures`], pcap output). Slower.
     pub capture: bool,
+    /// `rnr_retry_count` of connect/accept (0–7; 7 = retry RNR NAKs forever, as rdma_cm's
+    /// default users set it).
+    pub rnr_retry: u8,
 }
 
 impl WorldConfig {
@@ -98,6 +127,7 @@ impl WorldConfig {
             faults: FaultPlan::new(PathFaults::perfect()),
             fast_timers: false,
             capture: false,
+            rnr_retry: 7,
         }
     }
 
@@ -860,9 +890,8 @@ impl World {
         let pd = dev.alloc_pd()?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
-        let src: Vec<u8> = (0..SLOT_BYTES * SLOTS)
-            .map(|i| payload_byte(seed, 1 << 63 | h as u64, i))
-            .collect();
+        let mut src = vec![0u8; (SLOT_BYTES * SLOTS) as usize];
+        fill_pattern(seed, 1 << 63 | h as u64, 0, &mut src);
         dev.mr_write(mr.handle, READ_SRC_OFF, &src)?;
         let send_cq = dev.create_cq(1024, None)?;
         let recv_cq = dev.create_cq(1024, None)?;
@@ -996,11 +1025,14 @@ impl World {
         self.refresh_qp_states();
     }
 
-    fn observe_host(&mut self, h: usize, now: SimTime) {
+    fn drain_wire(&mut self, h: usize) {
         let app = self.apps[h];
         let Some(node) = self.sim.endpoint_mut(h) else {
             return;
         };
+        if node.wire.is_empty() {
+            return;
+        }
         let mut wire = std::mem::take(&mut node.wire);
         if self.cfg.capture {
             for c in node.host.nic_mut().take_capture() {
@@ -1020,10 +1052,14 @@ impl World {
             }
         }
         wire.clear();
-        let Some(node) = self.sim.endpoint_mut(h) else {
-            return;
-        };
-        node.wire = wire;
+        if let Some(node) = self.sim.endpoint_mut(h) {
+            node.wire = wire;
+        }
+    }
+
+    fn observe_host(&mut self, h: usize, now: SimTime) {
+        let app = self.apps[h];
+        self.drain_wire(h);
         // Due acks.
         if !self.acks.is_empty() {
             let mut i = 0;
@@ -1044,6 +1080,10 @@ impl World {
                     return;
                 };
                 let (cm, dev) = node.host.split();
+                // `get_cm_event` on an empty channel builds an EAGAIN error (a String): ask first.
+                if cm.pending_events(app.ch) == 0 {
+                    break;
+                }
                 let Ok(ev) = cm.get_cm_event(app.ch) else {
                     break;
                 };
@@ -1145,7 +1185,7 @@ impl World {
                 let mut id = [0u8; 8];
                 id.copy_from_slice(&buf[..8]);
                 let tag = u64::from_le_bytes(id);
-                (8..n).all(|i| buf[i] == payload_byte(seed, tag, i as u64))
+                matches_pattern(seed, tag, 0, &buf[8..n], 8)
             }
             Op::Read => {
                 let n = p.len as usize;
@@ -1155,8 +1195,8 @@ impl World {
                 if node.host.nic().device().mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n]).is_err() {
                     return false;
                 }
-                let src = p.off - DST_OFF + READ_SRC_OFF - READ_SRC_OFF; // slot offset
-                (0..n).all(|i| buf[i] == payload_byte(seed, 1 << 63 | p.peer as u64, src + i as u64))
+                // The slot of the READ region the WR read: same slot index as its destination.
+                matches_pattern(seed, 1 << 63 | p.peer as u64, p.off - DST_OFF, &buf[..n], 0)
             }
             Op::Write => {
                 // The peer's memory, if it is still the life the WRITE went to.
@@ -1177,7 +1217,7 @@ impl World {
                 let mut id = [0u8; 8];
                 id.copy_from_slice(&buf[..8]);
                 let tag = u64::from_le_bytes(id);
-                (ok_id || tag > wc.wr_id) && (8..n).all(|i| buf[i] == payload_byte(seed, tag, i as u64))
+                (ok_id || tag > wc.wr_id) && matches_pattern(seed, tag, 0, &buf[8..n], 8)
             }
             Op::Send => true,
         }
@@ -1262,6 +1302,12 @@ impl World {
     /// The next time something happens: a simulation event or a deferred ack.
     pub fn next_wake(&mut self) -> Option<SimTime> {
         let ev = self.sim.next_event_time();
+        // That flushed the hosts' transmit queues at the current time: record those sends now,
+        // so the history stays in time order.
+        for h in 0..self.apps.len() {
+            self.drain_wire(h);
+        }
+        self.match_trace();
         let ack = self.acks.iter().map(|a| a.0).min();
         match (ev, ack) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1370,12 +1416,12 @@ impl World {
         QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(64, 1, 0), true)
     }
 
-    fn conn_param() -> ConnParam {
+    fn conn_param(&self) -> ConnParam {
         ConnParam {
             responder_resources: 1,
             initiator_depth: 1,
             retry_count: 7,
-            rnr_retry_count: 7,
+            rnr_retry_count: self.cfg.rnr_retry.min(7),
             ..ConnParam::default()
         }
     }
@@ -1415,7 +1461,7 @@ impl World {
     pub fn connect(&mut self, h: usize, to: usize) -> Result<End, Error> {
         self.observe();
         let (ch, pd, init) = (self.apps[h].ch, self.apps[h].pd, self.qp_init(h));
-        let param = Self::conn_param();
+        let param = self.conn_param();
         let r = self.cm_call(h, |cm, dev, now| {
             let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
             cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
@@ -1453,7 +1499,7 @@ impl World {
     pub fn accept(&mut self, h: usize, id: CmIdHandle, peer: usize) -> Result<End, Error> {
         self.observe();
         let (pd, init) = (self.apps[h].pd, self.qp_init(h));
-        let param = Self::conn_param();
+        let param = self.conn_param();
         let (qp, res) = self.cm_call(h, |cm, dev, now| {
             let qp = cm.create_qp(dev, id, pd, &init)?;
             Ok::<_, Error>((qp, cm.accept(dev, now, id, &param)))
@@ -1601,11 +1647,10 @@ impl World {
                 let mut wrs = Vec::with_capacity(n);
                 for &id in &ids {
                     let len = len_of(id);
-                    let mut buf = vec![0u8; len as usize];
+                    let mut buf = [0u8; SLOT_BYTES as usize];
+                    let buf = &mut buf[..len as usize];
+                    fill_pattern(seed, id, 0, buf);
                     buf[..8].copy_from_slice(&id.to_le_bytes());
-                    for (i, b) in buf.iter_mut().enumerate().skip(8) {
-                        *b = payload_byte(seed, id, i as u64);
-                    }
                     let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), &buf);
                     let sge = vec![mr.sge(SEND_OFF + slot(id), len)];
                     if op == Op::Send {
