@@ -2,7 +2,10 @@
 #![allow(missing_docs)]
 use rnic_testbed::scenario::{run_seed, Sometimes};
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10000);
     let mut counts = [0u64; 7];
     let mut fails = 0;
     for seed in 0..n {

@@ -433,7 +433,11 @@ impl Checker {
                 let Some(s) = self.ids.get_mut(&(h, ep, id)) else {
                     return;
                 };
-                let want = if s.destroyed || !s.has_cm_id { EINVAL } else { 0 };
+                let want = if s.destroyed || !s.has_cm_id {
+                    EINVAL
+                } else {
+                    0
+                };
                 if errno == 0 {
                     if s.established && s.disconnected == 0 {
                         s.disconnect_connected = true;
@@ -502,14 +506,20 @@ impl Checker {
         let seen_err = self.host(e.host).err.contains(&qpn);
         let mut v: Vec<(Invariant, String)> = Vec::new();
         match self.wrs.get_mut(&wr_id) {
-            None => v.push((Invariant::S2, format!("completion of WR {wr_id} never posted"))),
+            None => v.push((
+                Invariant::S2,
+                format!("completion of WR {wr_id} never posted"),
+            )),
             Some(w) => {
                 w.done += 1;
                 if w.done > 1 {
                     v.push((Invariant::S2, format!("WR {wr_id} completed twice")));
                 }
                 if w.key != key {
-                    v.push((Invariant::S2, format!("WR {wr_id} completed on another queue")));
+                    v.push((
+                        Invariant::S2,
+                        format!("WR {wr_id} completed on another queue"),
+                    ));
                 }
                 if (w.qp_err || seen_err) && status != WcStatus::WrFlushErr {
                     v.push((
@@ -575,11 +585,17 @@ impl Checker {
                 if s.destroyed || deaf(h) || !alive(&self.hosts, h, ep) {
                     continue;
                 }
-                if s.disconnect_connected && s.disconnected != 1 && !(s.rejected && s.disconnected == 0) {
+                if s.disconnect_connected
+                    && s.disconnected != 1
+                    && !(s.rejected && s.disconnected == 0)
+                {
                     v.push(mk(
                         Invariant::L1,
                         h,
-                        format!("id {id}: disconnect called, {} DISCONNECTED", s.disconnected),
+                        format!(
+                            "id {id}: disconnect called, {} DISCONNECTED",
+                            s.disconnected
+                        ),
                     ));
                 }
                 if let Some(peer) = s.caused_by {
@@ -697,7 +713,11 @@ mod tests {
     }
 
     fn posted(us: u64, host: u8, wr_id: u64, queue: Queue, qp_err: bool) -> Entry {
-        let op = if queue == Queue::Recv { Op::Recv } else { Op::Send };
+        let op = if queue == Queue::Recv {
+            Op::Recv
+        } else {
+            Op::Send
+        };
         at(
             us,
             host,
@@ -735,13 +755,31 @@ mod tests {
         vec![
             at(0, 0, Record::Boot { max_cm_retries: 15 }),
             at(0, 1, Record::Boot { max_cm_retries: 15 }),
-            call(0, 0, Call::Connect { id: 1, to: 1, qpn: 17 }, 0),
+            call(
+                0,
+                0,
+                Call::Connect {
+                    id: 1,
+                    to: 1,
+                    qpn: 17,
+                },
+                0,
+            ),
             event(10, 1, 2, E::ConnectRequest, 0, B),
             call(10, 1, Call::Accept { id: 2, qpn: 17 }, 0),
             posted(10, 1, 1, Queue::Recv, false),
             posted(10, 1, 4, Queue::Recv, false),
             event(20, 0, 1, E::Established, 0, A),
-            call(20, 0, Call::Post { qpn: 17, op: Op::Send, n: 1 }, 0),
+            call(
+                20,
+                0,
+                Call::Post {
+                    qpn: 17,
+                    op: Op::Send,
+                    n: 1,
+                },
+                0,
+            ),
             posted(20, 0, 2, Queue::Send, false),
             event(30, 1, 2, E::Established, 0, B),
             done(30, 1, 1, Queue::Recv, ok, true),
@@ -775,7 +813,10 @@ mod tests {
     }
 
     fn broken(entries: Vec<Entry>) -> Vec<Invariant> {
-        check(&history(entries)).iter().map(|v| v.invariant).collect()
+        check(&history(entries))
+            .iter()
+            .map(|v| v.invariant)
+            .collect()
     }
 
     fn without(mut e: Vec<Entry>, pred: impl Fn(&Entry) -> bool) -> Vec<Entry> {
@@ -831,9 +872,18 @@ mod tests {
     fn s3_completions_out_of_post_order_is_a_violation() {
         let mut h = orderly();
         // WR 4 (posted after WR 1 on the same receive queue) completes first.
-        let i = h.iter().position(|e| matches!(e.rec, Record::Completion { wr_id: 4, .. })).unwrap();
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 4, .. }))
+            .unwrap();
         let wr4 = h.remove(i);
-        h.insert(11, Entry { at: SimTime(25_000), ..wr4 });
+        h.insert(
+            11,
+            Entry {
+                at: SimTime(25_000),
+                ..wr4
+            },
+        );
         let mut w4 = h[11];
         if let Record::Completion { ref mut status, .. } = w4.rec {
             *status = WcStatus::Success;
@@ -845,21 +895,31 @@ mod tests {
     #[test]
     fn s4_success_on_a_qp_seen_in_err_is_a_violation() {
         let mut h = orderly();
-        let i = h.iter().position(|e| matches!(e.rec, Record::Completion { wr_id: 3, .. })).unwrap();
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 3, .. }))
+            .unwrap();
         h[i] = done(51, 0, 3, Queue::Recv, WcStatus::Success, true);
         assert!(broken(h).contains(&Invariant::S4));
     }
 
     #[test]
     fn s5_disconnected_0_without_drep_or_dreq_received_is_a_violation() {
-        let h = without(orderly(), |e| e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. }));
+        let h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. })
+        });
         assert!(broken(h).contains(&Invariant::S5));
     }
 
     #[test]
     fn s5_minus_110_before_the_retries_ran_out_is_a_violation() {
-        let mut h = without(orderly(), |e| e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. }));
-        let i = h.iter().position(|e| is_event(e, 0, E::Disconnected)).unwrap();
+        let mut h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. })
+        });
+        let i = h
+            .iter()
+            .position(|e| is_event(e, 0, E::Disconnected))
+            .unwrap();
         h[i] = event(70, 0, 1, E::Disconnected, -110, A);
         assert_eq!(broken(h), [Invariant::S5]);
     }
@@ -867,7 +927,10 @@ mod tests {
     #[test]
     fn s6_successful_receive_with_other_bytes_is_a_violation() {
         let mut h = orderly();
-        let i = h.iter().position(|e| matches!(e.rec, Record::Completion { wr_id: 1, .. })).unwrap();
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 1, .. }))
+            .unwrap();
         h[i] = done(30, 1, 1, Queue::Recv, WcStatus::Success, false);
         assert_eq!(broken(h), [Invariant::S6]);
     }
@@ -875,7 +938,18 @@ mod tests {
     #[test]
     fn s7_disconnect_of_a_connected_id_returning_einval_is_a_violation() {
         let mut h = orderly();
-        let i = h.iter().position(|e| matches!(e.rec, Record::Call { call: Call::Disconnect { id: 1 }, .. })).unwrap();
+        let i = h
+            .iter()
+            .position(|e| {
+                matches!(
+                    e.rec,
+                    Record::Call {
+                        call: Call::Disconnect { id: 1 },
+                        ..
+                    }
+                )
+            })
+            .unwrap();
         h[i] = call(50, 0, Call::Disconnect { id: 1 }, 22);
         assert!(broken(h).contains(&Invariant::S7));
     }
@@ -893,7 +967,19 @@ mod tests {
     #[test]
     fn s7_send_before_rts_must_be_einval() {
         let mut h = orderly();
-        h.insert(3, call(1, 0, Call::Post { qpn: 17, op: Op::Send, n: 1 }, 0));
+        h.insert(
+            3,
+            call(
+                1,
+                0,
+                Call::Post {
+                    qpn: 17,
+                    op: Op::Send,
+                    n: 1,
+                },
+                0,
+            ),
+        );
         assert_eq!(broken(h), [Invariant::S7]);
     }
 

@@ -202,11 +202,7 @@ impl Scenario {
         let seed = rng.next_u64();
         let fast_timers = rng.chance(0.85);
         let lossy = rng.chance(0.5);
-        let loss = if lossy {
-            rng.next_f64() * 0.3
-        } else {
-            0.0
-        };
+        let loss = if lossy { rng.next_f64() * 0.3 } else { 0.0 };
         let duplicate = if rng.chance(0.4) {
             rng.next_f64() * 0.5
         } else {
@@ -550,7 +546,12 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
 
 /// Runs host `h`'s next step if its trigger holds; returns whether it did.
 fn drive(w: &mut World, scenario: &Scenario, rs: &mut [Runner], h: usize) -> bool {
-    let Some(st) = scenario.hosts.get(h).and_then(|s| s.steps.get(rs[h].next)).copied() else {
+    let Some(st) = scenario
+        .hosts
+        .get(h)
+        .and_then(|s| s.steps.get(rs[h].next))
+        .copied()
+    else {
         return false;
     };
     if !w.is_up(h) {
@@ -773,7 +774,11 @@ impl Replay {
         for (i, e) in entries.iter().enumerate() {
             let h = e.host;
             match e.rec {
-                Record::Wire { tx: true, peer, msg } => {
+                Record::Wire {
+                    tx: true,
+                    peer,
+                    msg,
+                } => {
                     // A drop of this MAD is recorded later at the same time; cross it then.
                     let dropped = entries[i + 1..]
                         .iter()

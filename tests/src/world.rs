@@ -39,8 +39,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
@@ -66,7 +66,8 @@ pub fn host_ip(h: usize) -> IpAddr {
 /// SplitMix64's finaliser of the three. `tag` is a WR id for SEND/WRITE payloads and
 /// `1 << 63 | host` for a host's READ region.
 pub fn payload_word(seed: u64, tag: u64, k: u64) -> u64 {
-    let mut z = seed ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let mut z =
+        seed ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -283,7 +284,11 @@ impl WireMsg {
     /// Reads a RoCEv2 UDP payload: BTH (12 bytes; dest QP in bytes 5..8) then, for QP1,
     /// DETH (8) and the MAD (header 24 bytes, attribute ID at 16..18), cm-spec §1.2–§1.4.
     pub fn parse(bytes: &[u8]) -> WireMsg {
-        let be16 = |o: usize| bytes.get(o..o + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+        let be16 = |o: usize| {
+            bytes
+                .get(o..o + 2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+        };
         let be32 = |o: usize| {
             bytes
                 .get(o..o + 4)
@@ -443,7 +448,9 @@ pub struct History {
 impl History {
     /// The records of host `h`.
     pub fn of_host(&self, h: usize) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().filter(move |e| usize::from(e.host) == h)
+        self.entries
+            .iter()
+            .filter(move |e| usize::from(e.host) == h)
     }
 
     /// FNV-1a over the canonical little-endian encoding of every record: platform
@@ -614,7 +621,10 @@ impl fmt::Display for Entry {
                 status,
                 comm_id,
                 ..
-            } => write!(f, "event {event:?} id {id} status {status} comm {comm_id:#010x}"),
+            } => write!(
+                f,
+                "event {event:?} id {id} status {status} comm {comm_id:#010x}"
+            ),
             Record::QpErr { qpn } => write!(f, "QP {qpn:#x} in ERR"),
             Record::Wire { tx, peer, msg } => write!(
                 f,
@@ -668,15 +678,20 @@ impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         let msg = WireMsg::parse(&bytes);
         if msg.attr != 0 {
-            self.wire.push((now, false, host_index(src.ip()) as u8, msg));
+            self.wire
+                .push((now, false, host_index(src.ip()) as u8, msg));
         }
         self.host.handle_datagram(now, src, bytes);
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         let (dst, bytes) = self.host.poll_transmit(now)?;
-        self.wire
-            .push((now, true, host_index(dst.ip()) as u8, WireMsg::parse(&bytes)));
+        self.wire.push((
+            now,
+            true,
+            host_index(dst.ip()) as u8,
+            WireMsg::parse(&bytes),
+        ));
         Some((dst, bytes))
     }
 
@@ -845,12 +860,15 @@ impl World {
     /// A device or CM call failing (not expected on the simulated device).
     pub fn new(cfg: WorldConfig) -> Result<World, Error> {
         let root = Rng::new(cfg.seed);
-        let mut fabric = SimFabric::new(root.fork(0x6e65_74), cfg.faults.clone());
+        let mut fabric = SimFabric::new(root.fork(0x006e_6574), cfg.faults.clone());
         fabric.set_trace_recording(true);
         let mut sim = Simulation::new(fabric);
         let n = cfg.hosts;
         let mut w = World {
-            sim: Simulation::new(SimFabric::with_seed(0, FaultPlan::new(PathFaults::perfect()))),
+            sim: Simulation::new(SimFabric::with_seed(
+                0,
+                FaultPlan::new(PathFaults::perfect()),
+            )),
             apps: Vec::with_capacity(n),
             history: History {
                 rc_packets: vec![0; n],
@@ -888,7 +906,8 @@ impl World {
         let (cm, dev) = node.host.split();
         let ch = cm.create_event_channel();
         let pd = dev.alloc_pd()?;
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
         let mut src = vec![0u8; (SLOT_BYTES * SLOTS) as usize];
         fill_pattern(seed, 1 << 63 | h as u64, 0, &mut src);
@@ -1109,9 +1128,7 @@ impl World {
                 );
                 match app.mode {
                     EventMode::AckAtOnce => self.ack(h, ev),
-                    EventMode::AckAfter(d) => {
-                        self.acks.push((now.plus_nanos(d), h, app.epoch, ev))
-                    }
+                    EventMode::AckAfter(d) => self.acks.push((now.plus_nanos(d), h, app.epoch, ev)),
                     EventMode::NeverAck | EventMode::NeverRead => {}
                 }
             }
@@ -1126,10 +1143,13 @@ impl World {
         };
         let r = node.host.split().0.ack_cm_event(ev);
         let errno = errno_of(&r);
-        self.record(h, Record::Call {
-            call: Call::Ack { id, event },
-            errno,
-        });
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Ack { id, event },
+                errno,
+            },
+        );
     }
 
     fn poll_cqs(&mut self, h: usize, now: SimTime) {
@@ -1179,7 +1199,14 @@ impl World {
                 let Some(node) = self.sim.endpoint(h) else {
                     return false;
                 };
-                if node.host.nic().device().mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n]).is_err() || n < 8 {
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
+                    .is_err()
+                    || n < 8
+                {
                     return false;
                 }
                 let mut id = [0u8; 8];
@@ -1192,7 +1219,13 @@ impl World {
                 let Some(node) = self.sim.endpoint(h) else {
                     return false;
                 };
-                if node.host.nic().device().mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n]).is_err() {
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
+                    .is_err()
+                {
                     return false;
                 }
                 // The slot of the READ region the WR read: same slot index as its destination.
@@ -1200,7 +1233,9 @@ impl World {
             }
             Op::Write => {
                 // The peer's memory, if it is still the life the WRITE went to.
-                if self.apps.get(p.peer).map(|a| a.epoch) != Some(p.peer_epoch) || p.epoch != self.apps[h].epoch {
+                if self.apps.get(p.peer).map(|a| a.epoch) != Some(p.peer_epoch)
+                    || p.epoch != self.apps[h].epoch
+                {
                     return true;
                 }
                 let n = p.len as usize;
@@ -1208,7 +1243,13 @@ impl World {
                 let Some(node) = self.sim.endpoint(p.peer) else {
                     return false;
                 };
-                if node.host.nic().device().mr_read(peer_mr, p.off, &mut buf[..n]).is_err() {
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(peer_mr, p.off, &mut buf[..n])
+                    .is_err()
+                {
                     return false;
                 }
                 let ok_id = buf[..8] == wc.wr_id.to_le_bytes();
@@ -1237,7 +1278,12 @@ impl World {
                 FabricEventKind::Sent { .. } => {
                     let h = host_index(ev.src.ip());
                     let k = self.tx_matched.get(h).copied().unwrap_or(0);
-                    let msg = self.tx_meta.get(h).and_then(|v| v.get(k)).copied().unwrap_or_default();
+                    let msg = self
+                        .tx_meta
+                        .get(h)
+                        .and_then(|v| v.get(k))
+                        .copied()
+                        .unwrap_or_default();
                     if let Some(m) = self.tx_matched.get_mut(h) {
                         *m += 1;
                     }
@@ -1373,17 +1419,19 @@ impl World {
         let mut from = 0;
         loop {
             let epoch = self.epoch(h);
-            let found = self.history.entries[from..].iter().find_map(|e| match e.rec {
-                Record::Event { id: i, event, .. }
-                    if usize::from(e.host) == h
-                        && e.epoch == epoch
-                        && event == kind
-                        && id.is_none_or(|x| x.0 == i) =>
-                {
-                    Some(CmIdHandle(i))
-                }
-                _ => None,
-            });
+            let found = self.history.entries[from..]
+                .iter()
+                .find_map(|e| match e.rec {
+                    Record::Event { id: i, event, .. }
+                        if usize::from(e.host) == h
+                            && e.epoch == epoch
+                            && event == kind
+                            && id.is_none_or(|x| x.0 == i) =>
+                    {
+                        Some(CmIdHandle(i))
+                    }
+                    _ => None,
+                });
             if let Some(i) = found {
                 return Ok(i);
             }
@@ -1435,7 +1483,11 @@ impl World {
         if let Some(id) = self.apps.get(h).and_then(|a| a.listen) {
             return Ok(id);
         }
-        let ch = self.apps.get(h).map(|a| a.ch).ok_or_else(|| Error::new(Errno::EINVAL, "no host"))?;
+        let ch = self
+            .apps
+            .get(h)
+            .map(|a| a.ch)
+            .ok_or_else(|| Error::new(Errno::EINVAL, "no host"))?;
         let r = self.cm_call(h, |cm, _, _| {
             let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
             cm.bind_addr(id, SocketAddr::new(host_ip(h), CM_PORT))?;
@@ -1444,10 +1496,13 @@ impl World {
         })?;
         let errno = errno_of(&r);
         let id = r.as_ref().map_or(0, |i| i.0);
-        self.record(h, Record::Call {
-            call: Call::Listen { id },
-            errno,
-        });
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Listen { id },
+                errno,
+            },
+        );
         let id = r?;
         self.apps[h].listen = Some(id);
         self.observe();
@@ -1473,14 +1528,17 @@ impl World {
         let (id, qp, res) = r;
         let epoch = self.apps[h].epoch;
         self.qps.push((h, epoch, qp, false));
-        self.record(h, Record::Call {
-            call: Call::Connect {
-                id: id.0,
-                to: to as u8,
-                qpn: qp.qp_num,
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Connect {
+                    id: id.0,
+                    to: to as u8,
+                    qpn: qp.qp_num,
+                },
+                errno: errno_of(&res),
             },
-            errno: errno_of(&res),
-        });
+        );
         res?;
         self.observe();
         Ok(End {
@@ -1506,13 +1564,16 @@ impl World {
         })??;
         let epoch = self.apps[h].epoch;
         self.qps.push((h, epoch, qp, false));
-        self.record(h, Record::Call {
-            call: Call::Accept {
-                id: id.0,
-                qpn: qp.qp_num,
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Accept {
+                    id: id.0,
+                    qpn: qp.qp_num,
+                },
+                errno: errno_of(&res),
             },
-            errno: errno_of(&res),
-        });
+        );
         res?;
         self.observe();
         Ok(End {
@@ -1531,10 +1592,13 @@ impl World {
     pub fn reject(&mut self, h: usize, id: CmIdHandle) -> Result<(), Error> {
         self.observe();
         let r = self.cm_call(h, |cm, dev, now| cm.reject(dev, now, id, &[]))?;
-        self.record(h, Record::Call {
-            call: Call::Reject { id: id.0 },
-            errno: errno_of(&r),
-        });
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Reject { id: id.0 },
+                errno: errno_of(&r),
+            },
+        );
         self.observe();
         r
     }
@@ -1561,10 +1625,13 @@ impl World {
     pub fn disconnect(&mut self, e: End) -> Result<(), Error> {
         self.observe();
         let r = self.cm_call(e.host, |cm, dev, now| cm.disconnect(dev, now, e.id))?;
-        self.record(e.host, Record::Call {
-            call: Call::Disconnect { id: e.id.0 },
-            errno: errno_of(&r),
-        });
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Disconnect { id: e.id.0 },
+                errno: errno_of(&r),
+            },
+        );
         self.refresh_qp_states();
         self.observe();
         r
@@ -1577,10 +1644,13 @@ impl World {
     pub fn destroy(&mut self, e: End) -> Result<(), Error> {
         self.observe();
         let r = self.cm_call(e.host, |cm, dev, now| cm.destroy_id(dev, now, e.id))?;
-        self.record(e.host, Record::Call {
-            call: Call::Destroy { id: e.id.0 },
-            errno: errno_of(&r),
-        });
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Destroy { id: e.id.0 },
+                errno: errno_of(&r),
+            },
+        );
         self.observe();
         r
     }
@@ -1596,11 +1666,16 @@ impl World {
             qp_state: QpState::Err,
             ..QpAttr::default()
         };
-        let r = self.cm_call(e.host, |_, dev, _| dev.modify_qp(e.qp.handle, &attr, QpAttrMask::STATE))?;
-        self.record(e.host, Record::Call {
-            call: Call::QpToErr { qpn: e.qp.qp_num },
-            errno: errno_of(&r),
-        });
+        let r = self.cm_call(e.host, |_, dev, _| {
+            dev.modify_qp(e.qp.handle, &attr, QpAttrMask::STATE)
+        })?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::QpToErr { qpn: e.qp.qp_num },
+                errno: errno_of(&r),
+            },
+        );
         self.refresh_qp_states();
         self.observe();
         r
@@ -1651,13 +1726,14 @@ impl World {
                     let buf = &mut buf[..len as usize];
                     fill_pattern(seed, id, 0, buf);
                     buf[..8].copy_from_slice(&id.to_le_bytes());
-                    let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), &buf);
+                    let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), buf);
                     let sge = vec![mr.sge(SEND_OFF + slot(id), len)];
                     if op == Op::Send {
                         infos.push((id, 0, len));
                         wrs.push(SendWr::send(id, sge));
                     } else {
-                        let (addr, rkey) = peer.map_or((0, 0), |p| (p.mr.addr + DST_OFF + slot(id), p.mr.rkey));
+                        let (addr, rkey) =
+                            peer.map_or((0, 0), |p| (p.mr.addr + DST_OFF + slot(id), p.mr.rkey));
                         infos.push((id, DST_OFF + slot(id), len));
                         wrs.push(SendWr::rdma_write(id, sge, addr, rkey));
                     }
@@ -1670,7 +1746,8 @@ impl World {
                     .map(|&id| {
                         let len = len_of(id);
                         infos.push((id, DST_OFF + slot(id), len));
-                        let (addr, rkey) = peer.map_or((0, 0), |p| (p.mr.addr + READ_SRC_OFF + slot(id), p.mr.rkey));
+                        let (addr, rkey) = peer
+                            .map_or((0, 0), |p| (p.mr.addr + READ_SRC_OFF + slot(id), p.mr.rkey));
                         SendWr::rdma_read(id, vec![mr.sge(DST_OFF + slot(id), len)], addr, rkey)
                     })
                     .collect();
@@ -1681,16 +1758,23 @@ impl World {
             Ok(()) => (n, 0),
             Err(pe) => (pe.bad_wr.min(n), pe.errno() as i32),
         };
-        self.record(e.host, Record::Call {
-            call: Call::Post {
-                qpn: e.qp.qp_num,
-                op,
-                n: n as u32,
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Post {
+                    qpn: e.qp.qp_num,
+                    op,
+                    n: n as u32,
+                },
+                errno,
             },
-            errno,
-        });
+        );
         let qp_err = self.qp_in_err(e.host, e.qp.qp_num);
-        let queue = if op == Op::Recv { Queue::Recv } else { Queue::Send };
+        let queue = if op == Op::Recv {
+            Queue::Recv
+        } else {
+            Queue::Send
+        };
         for &(id, off, len) in &infos[..accepted] {
             self.pending.insert(
                 id,
@@ -1703,14 +1787,17 @@ impl World {
                     peer_epoch,
                 },
             );
-            self.record(e.host, Record::Posted {
-                qpn: e.qp.qp_num,
-                wr_id: id,
-                queue,
-                op,
-                len,
-                qp_err,
-            });
+            self.record(
+                e.host,
+                Record::Posted {
+                    qpn: e.qp.qp_num,
+                    wr_id: id,
+                    queue,
+                    op,
+                    len,
+                    qp_err,
+                },
+            );
         }
         self.refresh_qp_states();
         self.observe();
@@ -1732,9 +1819,12 @@ impl World {
             at: now,
             restart,
         });
-        self.record(h, Record::Fault(Fault::Crash {
-            restart_ns: restart.map(|t| t.as_nanos()),
-        }));
+        self.record(
+            h,
+            Record::Fault(Fault::Crash {
+                restart_ns: restart.map(|t| t.as_nanos()),
+            }),
+        );
         if restart.is_some() {
             let epoch = self.apps[h].epoch.wrapping_add(1);
             let node = new_node(&self.cfg, h, epoch)?;

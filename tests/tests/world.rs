@@ -8,14 +8,19 @@ use rnic_testbed::scenario::{replay_seed, run_seed, Sometimes};
 use rnic_testbed::world::{Op, World, WorldConfig};
 
 #[test]
-fn user_style_test_connect_post_disconnect_passes_the_oracle() -> Result<(), Box<dyn std::error::Error>> {
+fn user_style_test_connect_post_disconnect_passes_the_oracle(
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut w = World::new(WorldConfig::two_hosts(7))?;
     let c = w.establish(0, 1)?;
     w.post_recvs(c.passive, 4);
     w.post(c.active, Op::Send, 2);
     w.run_for(1_000_000);
     w.disconnect(c.active)?;
-    w.wait_event(1, Some(c.passive.id), cm_core::api::CmEventType::Disconnected)?;
+    w.wait_event(
+        1,
+        Some(c.passive.id),
+        cm_core::api::CmEventType::Disconnected,
+    )?;
     w.disconnect(c.passive)?;
     w.check()?;
     Ok(())
@@ -41,7 +46,11 @@ fn same_seed_same_hash_different_seeds_differ() {
     let mut sorted = hashes.clone();
     sorted.sort_unstable();
     sorted.dedup();
-    assert_eq!(sorted.len(), hashes.len(), "two seeds gave the same trace hash");
+    assert_eq!(
+        sorted.len(),
+        hashes.len(),
+        "two seeds gave the same trace hash"
+    );
 }
 
 #[test]
