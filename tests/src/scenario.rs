@@ -489,11 +489,7 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
             wake = Some(wake.map_or(t, |x| x.min(t)));
         }
         match wake {
-            Some(t) if t <= limit => {
-                if !w.step(t) {
-                    w.run_until(t);
-                }
-            }
+            Some(t) if t <= limit => w.advance_to(t),
             _ => break,
         }
     }

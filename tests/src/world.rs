@@ -1392,6 +1392,13 @@ impl World {
         }
     }
 
+    /// Runs every event up to and including `t` (normally [`next_wake`](Self::next_wake)'s
+    /// answer) and observes once, without asking for the next event again.
+    pub fn advance_to(&mut self, t: SimTime) {
+        self.sim.run_until(t);
+        self.observe();
+    }
+
     /// Runs until nothing is left (no datagram in flight, no timer armed, no deferred ack) or
     /// [`QUIESCE_LIMIT_NS`] has passed; returns whether it got quiescent (also kept in
     /// [`History::quiescent`]).
