@@ -493,24 +493,7 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
             _ => break,
         }
     }
-    // Teardown: every live host moves its QPs to ERR (as ibv_destroy_qp would).
-    for h in 0..rs.len() {
-        if !w.is_up(h) {
-            continue;
-        }
-        let epoch = w.epoch(h);
-        for qp in w.qps_of(h) {
-            let e = End {
-                host: h,
-                epoch,
-                id: CmIdHandle(0),
-                qp,
-                peer: h,
-            };
-            let _ = w.qp_to_err(e);
-        }
-    }
-    w.run_to_quiescence();
+    w.teardown();
     Ok(w)
 }
 

@@ -22,6 +22,24 @@
 //!
 //! Nothing is formatted while running: records are small `Copy` enums; text is made only on
 //! replay ([`Entry`]'s `Display`).
+//!
+//! A deterministic test in a few lines:
+//!
+//! ```
+//! use rnic_testbed::world::{World, WorldConfig};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut w = World::new(WorldConfig::two_hosts(42))?;
+//! let c = w.establish(0, 1)?;
+//! w.post_recvs(c.passive, 4);
+//! w.disconnect(c.active)?;
+//! w.run_to_quiescence();
+//! w.check()?; // teardown, then S1–S7 over the history
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The [`Simulation`] and every [`Host`] stay reachable ([`World::sim_mut`],
+//! [`World::host_mut`]) for what the convenience calls do not cover.
 
 use crate::host::Host;
 use crate::oracle::{self, Violation};
@@ -1087,10 +1105,6 @@ impl World {
         let Some(node) = self.sim.endpoint_mut(h) else {
             return;
         };
-        if node.wire.is_empty() {
-            return;
-        }
-        let mut wire = std::mem::take(&mut node.wire);
         if self.cfg.capture {
             for c in node.host.nic_mut().take_capture() {
                 if c.flow.src.ip() == host_ip(h) {
@@ -1098,6 +1112,10 @@ impl World {
                 }
             }
         }
+        if node.wire.is_empty() {
+            return;
+        }
+        let mut wire = std::mem::take(&mut node.wire);
         for &(at, tx, peer, msg) in &wire {
             if tx {
                 self.tx_meta[h].push(msg);
@@ -1893,12 +1911,45 @@ impl World {
         Ok(())
     }
 
-    /// Runs to quiescence, then checks the history with the [oracle](crate::oracle).
+    /// The applications' exit: runs to quiescence, then every live host moves each of its QPs
+    /// to ERR (what `ibv_destroy_qp` or process exit does: what is still posted is flushed),
+    /// then runs to quiescence again. Returns whether it got quiescent.
+    pub fn teardown(&mut self) -> bool {
+        self.run_to_quiescence();
+        for h in 0..self.apps.len() {
+            if !self.is_up(h) {
+                continue;
+            }
+            let epoch = self.epoch(h);
+            for qp in self.qps_of(h) {
+                let e = End {
+                    host: h,
+                    epoch,
+                    id: CmIdHandle(0),
+                    qp,
+                    peer: h,
+                };
+                let _ = self.qp_to_err(e);
+            }
+        }
+        self.run_to_quiescence()
+    }
+
+    /// [`teardown`](Self::teardown), then checks the whole history with the
+    /// [oracle](crate::oracle) (S1–S7; L1–L3 too if the World was [healed](Self::heal)).
+    ///
+    /// # Errors
+    /// The violations found, or an S2/L3 violation if the World did not get quiescent.
+    pub fn check(&mut self) -> Result<(), Violations> {
+        self.teardown();
+        self.check_now()
+    }
+
+    /// Checks the history as it is, without running anything.
     ///
     /// # Errors
     /// The violations found.
-    pub fn check(&mut self) -> Result<(), Violations> {
-        self.run_to_quiescence();
+    pub fn check_now(&self) -> Result<(), Violations> {
         let v = oracle::check(&self.history);
         if v.is_empty() {
             Ok(())
