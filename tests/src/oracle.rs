@@ -16,7 +16,8 @@
 //! * **S5** a DISCONNECTED with status 0 follows a DREQ or DREP received for the id's comm ID
 //!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2).
 //! * **S6** every successful completion's `data_ok` (checked by the World at poll time).
-//! * **S7** the errno of `rdma_disconnect` (§4.4), `rdma_destroy_id` (§4.6: EBUSY while an
+//! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
+//!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
 //!   event is un-acked), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
 //!   accepted from INIT), by the state tracked from the history; other calls may return only
 //!   0 or EINVAL.
@@ -191,6 +192,9 @@ struct Checker {
     wrs: BTreeMap<u64, WrState>,
     queues: BTreeMap<QueueKey, (u64, bool)>,
     sometimes: Sometimes,
+    /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
+    /// (cm-spec §4.4 step 2): (host, life, QPN, the call).
+    must_be_err: Vec<(u8, u8, u32, Entry)>,
 }
 
 impl Checker {
@@ -438,6 +442,9 @@ impl Checker {
                 } else {
                     0
                 };
+                if errno == 0 && s.qpn != 0 {
+                    self.must_be_err.push((h, ep, s.qpn, *e));
+                }
                 if errno == 0 {
                     if s.established && s.disconnected == 0 {
                         s.disconnect_connected = true;
@@ -553,7 +560,29 @@ impl Checker {
         }
     }
 
+    /// S7 for the disconnects whose instant has passed: their QP went to ERR.
+    fn settle_disconnects(&mut self, now: Option<SimTime>) {
+        let mut i = 0;
+        while i < self.must_be_err.len() {
+            let (h, ep, qpn, call) = self.must_be_err[i];
+            if now.is_some_and(|t| t <= call.at) {
+                i += 1;
+                continue;
+            }
+            self.must_be_err.swap_remove(i);
+            let hs = self.host(h);
+            if hs.epoch == ep && !hs.err.contains(&qpn) {
+                self.violate(
+                    Invariant::S7,
+                    &call,
+                    format!("rdma_disconnect returned 0 but QP {qpn:#x} was not moved to ERR"),
+                );
+            }
+        }
+    }
+
     fn finish(&mut self, history: &History) {
+        self.settle_disconnects(None);
         let end = history.entries.last().map_or(SimTime::ZERO, |e| e.at);
         let alive = |hosts: &[HostState], h: u8, ep: u8| {
             hosts
@@ -649,6 +678,9 @@ pub fn check(history: &History) -> Vec<Violation> {
 pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
     let mut c = Checker::default();
     for e in &history.entries {
+        if !c.must_be_err.is_empty() {
+            c.settle_disconnects(Some(e.at));
+        }
         c.mark_ready(e);
         c.entry(e);
     }
@@ -952,6 +984,14 @@ mod tests {
             .unwrap();
         h[i] = call(50, 0, Call::Disconnect { id: 1 }, 22);
         assert!(broken(h).contains(&Invariant::S7));
+    }
+
+    #[test]
+    fn s7_disconnect_returning_0_must_move_the_qp_to_err() {
+        let h = without(orderly(), |e| e.host == 0 && matches!(e.rec, Record::QpErr { .. }));
+        let h = without(h, |e| matches!(e.rec, Record::Posted { wr_id: 3, .. }));
+        let h = without(h, |e| matches!(e.rec, Record::Completion { wr_id: 3, .. }));
+        assert_eq!(broken(h), [Invariant::S7]);
     }
 
     #[test]
