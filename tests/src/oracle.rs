@@ -163,7 +163,6 @@ struct WrState {
     key: QueueKey,
     qp_err: bool,
     done: u32,
-    op: Op,
 }
 
 #[derive(Debug, Default)]
@@ -251,7 +250,6 @@ impl Checker {
                 qpn,
                 wr_id,
                 queue,
-                op,
                 qp_err,
                 ..
             } => {
@@ -264,7 +262,6 @@ impl Checker {
                         key: (h, ep, qpn, queue),
                         qp_err,
                         done: 0,
-                        op,
                     },
                 );
             }
@@ -325,8 +322,6 @@ impl Checker {
                 hs.max_cm_retries,
             )
         };
-        let idx = self.out.len();
-        let _ = idx;
         let id = self.ids.entry(key).or_default();
         if comm_id != 0 {
             id.comm_id = comm_id;
@@ -534,7 +529,6 @@ impl Checker {
                         format!("WR {wr_id} completed {status:?} with its QP in ERR"),
                     ));
                 }
-                let _ = w.op;
             }
         }
         let q = self.queues.entry(key).or_insert((0, false));
@@ -988,7 +982,9 @@ mod tests {
 
     #[test]
     fn s7_disconnect_returning_0_must_move_the_qp_to_err() {
-        let h = without(orderly(), |e| e.host == 0 && matches!(e.rec, Record::QpErr { .. }));
+        let h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::QpErr { .. })
+        });
         let h = without(h, |e| matches!(e.rec, Record::Posted { wr_id: 3, .. }));
         let h = without(h, |e| matches!(e.rec, Record::Completion { wr_id: 3, .. }));
         assert_eq!(broken(h), [Invariant::S7]);

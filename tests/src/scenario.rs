@@ -613,7 +613,7 @@ fn drive(w: &mut World, scenario: &Scenario, rs: &mut [Runner], h: usize) -> boo
 }
 
 /// One seed's result.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedReport {
     /// The seed.
     pub seed: u64,

@@ -923,11 +923,11 @@ impl World {
         fabric.set_trace_recording(true);
         let mut sim = Simulation::new(fabric);
         let n = cfg.hosts;
+        for h in 0..n {
+            sim.add_endpoint(new_node(&cfg, h, 0)?)?;
+        }
         let mut w = World {
-            sim: Simulation::new(SimFabric::with_seed(
-                0,
-                FaultPlan::new(PathFaults::perfect()),
-            )),
+            sim,
             apps: Vec::with_capacity(n),
             history: History {
                 rc_packets: vec![0; n],
@@ -947,10 +947,6 @@ impl World {
             wcs: Vec::new(),
             cfg,
         };
-        for h in 0..n {
-            sim.add_endpoint(new_node(&w.cfg, h, 0)?)?;
-        }
-        w.sim = sim;
         for h in 0..n {
             let app = w.create_app(h, 0)?;
             w.apps.push(app);
