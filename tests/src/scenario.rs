@@ -560,8 +560,7 @@ fn drive(w: &mut World, scenario: &Scenario, rs: &mut [Runner], h: usize) -> boo
         }
         Action::Accept => {
             if let Some(id) = rs[h].request.take() {
-                let peer = usize::from(h == 0);
-                if let Ok(e) = w.accept(h, id, peer) {
+                if let Ok(e) = w.accept(h, id) {
                     rs[h].conn = Some(e);
                     rs[h].seen = 0;
                 }

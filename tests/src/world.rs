@@ -1474,8 +1474,22 @@ impl World {
         id: Option<CmIdHandle>,
         kind: CmEventType,
     ) -> Result<CmIdHandle, WorldError> {
+        self.wait_event_from(0, h, id, kind)
+    }
+
+    /// [`wait_event`](Self::wait_event), looking only at history entries from index `from`
+    /// on (e.g. `history().entries.len()` before a call, to skip older events).
+    ///
+    /// # Errors
+    /// [`WorldError::Timeout`] if it does not come before quiescence.
+    pub fn wait_event_from(
+        &mut self,
+        mut from: usize,
+        h: usize,
+        id: Option<CmIdHandle>,
+        kind: CmEventType,
+    ) -> Result<CmIdHandle, WorldError> {
         let limit = self.now().plus_nanos(QUIESCE_LIMIT_NS);
-        let mut from = 0;
         loop {
             let epoch = self.epoch(h);
             let found = self.history.entries[from..]
@@ -1609,12 +1623,18 @@ impl World {
         })
     }
 
-    /// Host `h` gives passive id `id` (from a CONNECT_REQUEST of `peer`) a QP and accepts.
+    /// Host `h` gives passive id `id` (from a CONNECT_REQUEST) a QP and accepts. The peer
+    /// host is the id's peer address (`rdma_get_peer_addr`).
     ///
     /// # Errors
     /// The rdma_cm call's error (recorded).
-    pub fn accept(&mut self, h: usize, id: CmIdHandle, peer: usize) -> Result<End, Error> {
+    pub fn accept(&mut self, h: usize, id: CmIdHandle) -> Result<End, Error> {
         self.observe();
+        let peer = self
+            .host(h)
+            .and_then(|host| host.cm().addrs(id))
+            .and_then(|(_, dst)| dst)
+            .map_or(h, |a| host_index(a.ip()));
         let (pd, init) = (self.apps[h].pd, self.qp_init(h));
         let param = self.conn_param();
         let (qp, res) = self.cm_call(h, |cm, dev, now| {
@@ -1669,9 +1689,10 @@ impl World {
     /// A failing call, or [`WorldError::Timeout`] if an event does not come.
     pub fn establish(&mut self, a: usize, p: usize) -> Result<Conn, WorldError> {
         self.listen(p)?;
+        let start = self.history.entries.len();
         let active = self.connect(a, p)?;
-        let pid = self.wait_event(p, None, CmEventType::ConnectRequest)?;
-        let passive = self.accept(p, pid, a)?;
+        let pid = self.wait_event_from(start, p, None, CmEventType::ConnectRequest)?;
+        let passive = self.accept(p, pid)?;
         self.wait_event(a, Some(active.id), CmEventType::Established)?;
         self.wait_event(p, Some(passive.id), CmEventType::Established)?;
         Ok(Conn { active, passive })

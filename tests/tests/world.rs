@@ -155,3 +155,47 @@ fn the_readme_example_lazy_peer_passes_with_the_initiator_timing_out(
     assert_eq!(statuses(1), [0]);
     Ok(())
 }
+
+#[test]
+fn three_hosts_two_connections_to_one_server_with_data_and_simultaneous_disconnects_pass(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut w = World::new(WorldConfig {
+        hosts: 3,
+        ..WorldConfig::two_hosts(9).fast()
+    })?;
+    let c1 = w.establish(0, 1)?;
+    let c2 = w.establish(2, 1)?;
+    assert_eq!((c1.passive.peer, c2.passive.peer), (0, 2));
+    for c in [c1, c2] {
+        w.post_recvs(c.passive, 2);
+        w.post(c.active, Op::Send, 1);
+        w.post(c.active, Op::Write, 1);
+        w.post(c.active, Op::Read, 1);
+    }
+    w.run_for(1_000_000);
+    // Both ends of c1 at once (DREQs cross); c2's client only.
+    w.disconnect(c1.active)?;
+    w.disconnect(c1.passive)?;
+    w.disconnect(c2.active)?;
+    w.check()?;
+    let ok = w
+        .history()
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.rec,
+                rnic_testbed::world::Record::Completion {
+                    status: verbs_core::WcStatus::Success,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(
+        ok,
+        2 * (3 + 1),
+        "SEND, WRITE, READ and one receive per connection"
+    );
+    Ok(())
+}
