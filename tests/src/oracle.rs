@@ -236,7 +236,7 @@ impl Checker {
                     self.sometimes.drep_lost = true;
                 }
             }
-            Record::Fault(Fault::Duplicated { .. }) => {}
+            Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
             Record::Wire { tx, msg, .. } => self.wire(e, tx, msg),
             Record::Event {
                 id,

@@ -113,6 +113,9 @@ pub struct Faults {
     pub loss: f64,
     /// Duplication probability (0–0.5).
     pub duplicate: f64,
+    /// Probability that a datagram arrives with one bit flipped (0–0.05): the NIC's ICRC check
+    /// must drop it (counted, never a panic).
+    pub corrupt: f64,
     /// Uniform jitter on top of the 10 µs latency, ns (reorders datagrams closer than this).
     pub jitter_ns: u64,
     /// Partitions.
@@ -127,6 +130,7 @@ impl Faults {
         Faults {
             loss: 0.0,
             duplicate: 0.0,
+            corrupt: 0.0,
             jitter_ns: 0,
             partitions: Vec::new(),
             heal_at_ns: 0,
@@ -137,7 +141,7 @@ impl Faults {
         let path = PathFaults {
             loss: self.loss,
             duplicate: self.duplicate,
-            corrupt: 0.0,
+            corrupt: self.corrupt,
             delay: Delay {
                 base_ns: DEFAULT_LATENCY_NS,
                 jitter: if self.jitter_ns == 0 {
@@ -205,6 +209,11 @@ impl Scenario {
         let loss = if lossy { rng.next_f64() * 0.3 } else { 0.0 };
         let duplicate = if rng.chance(0.4) {
             rng.next_f64() * 0.5
+        } else {
+            0.0
+        };
+        let corrupt = if rng.chance(0.1) {
+            rng.next_f64() * 0.05
         } else {
             0.0
         };
@@ -387,6 +396,7 @@ impl Scenario {
             faults: Faults {
                 loss,
                 duplicate,
+                corrupt,
                 jitter_ns,
                 partitions,
                 heal_at_ns,
@@ -400,11 +410,12 @@ impl Scenario {
     pub fn describe(&self) -> String {
         let f = &self.faults;
         let mut s = format!(
-            "timers={} rnr_retry={} loss={:.3} dup={:.3} jitter={}us heal={}ms",
+            "timers={} rnr_retry={} loss={:.3} dup={:.3} corrupt={:.3} jitter={}us heal={}ms",
             if self.fast_timers { "fast" } else { "linux" },
             self.rnr_retry,
             f.loss,
             f.duplicate,
+            f.corrupt,
             f.jitter_ns / US,
             f.heal_at_ns / MS
         );

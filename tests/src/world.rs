@@ -276,6 +276,12 @@ pub enum Fault {
         /// What it was.
         msg: WireMsg,
     },
+    /// A datagram arrived at this host corrupted and its NIC dropped it (bad ICRC or
+    /// undecodable: counted, never a panic); `msg` is what the damaged bytes read as.
+    Corrupted {
+        /// What it was (as read from the damaged bytes).
+        msg: WireMsg,
+    },
     /// The host crashed; it comes back with amnesia at `restart_ns` (virtual ns), or never
     /// (`None`).
     Crash {
@@ -623,6 +629,10 @@ fn hash_entry(h: &mut WordHash, e: &Entry) {
                     h.write_u8(2);
                     hash_wire(h, &msg);
                 }
+                Fault::Corrupted { msg } => {
+                    h.write_u8(4);
+                    hash_wire(h, &msg);
+                }
                 Fault::Crash { restart_ns } => {
                     h.write_u8(3);
                     h.write_u64(restart_ns.map_or(u64::MAX, |t| t));
@@ -705,6 +715,13 @@ impl fmt::Display for Entry {
             Record::Fault(Fault::Duplicated { msg }) => {
                 write!(f, "fault: {} duplicated", msg.name())
             }
+            Record::Fault(Fault::Corrupted { msg }) => {
+                write!(
+                    f,
+                    "fault: {} arrived corrupted, dropped by the NIC",
+                    msg.name()
+                )
+            }
             Record::Fault(Fault::Crash { restart_ns }) => match restart_ns {
                 Some(t) => write!(f, "fault: crash, restart with amnesia at {} µs", t / 1000),
                 None => write!(f, "fault: crash for good"),
@@ -717,8 +734,17 @@ impl fmt::Display for Entry {
 #[derive(Debug)]
 pub struct Node {
     host: Host,
-    /// (time, sent?, other host, message) since the World last drained it.
-    wire: Vec<(SimTime, bool, u8, WireMsg)>,
+    /// (time, direction, other host, message) since the World last drained it.
+    wire: Vec<(SimTime, Dir, u8, WireMsg)>,
+}
+
+/// What the wire tap saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Tx,
+    Rx,
+    /// Received, and dropped by the NIC as undecodable.
+    RxDropped,
 }
 
 impl Node {
@@ -736,18 +762,20 @@ impl Node {
 impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         let msg = WireMsg::parse(&bytes);
-        if msg.attr != 0 {
-            self.wire
-                .push((now, false, host_index(src.ip()) as u8, msg));
-        }
+        let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
         self.host.handle_datagram(now, src, bytes);
+        let dropped = self.host.nic().datagram_counters().rx_decode_errors != bad_before;
+        if msg.attr != 0 || dropped {
+            let dir = if dropped { Dir::RxDropped } else { Dir::Rx };
+            self.wire.push((now, dir, host_index(src.ip()) as u8, msg));
+        }
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         let (dst, bytes) = self.host.poll_transmit(now)?;
         self.wire.push((
             now,
-            true,
+            Dir::Tx,
             host_index(dst.ip()) as u8,
             WireMsg::parse(&bytes),
         ));
@@ -1112,14 +1140,38 @@ impl World {
             return;
         }
         let mut wire = std::mem::take(&mut node.wire);
-        for &(at, tx, peer, msg) in &wire {
-            if tx {
-                self.tx_meta[h].push(msg);
-            }
-            if msg.attr == 0 {
-                self.history.rc_packets[h] += 1;
-            } else {
-                self.push(at, h, app.epoch, Record::Wire { tx, peer, msg });
+        for &(at, dir, peer, msg) in &wire {
+            match dir {
+                Dir::Tx => {
+                    self.tx_meta[h].push(msg);
+                    if msg.attr == 0 {
+                        self.history.rc_packets[h] += 1;
+                    } else {
+                        self.push(
+                            at,
+                            h,
+                            app.epoch,
+                            Record::Wire {
+                                tx: true,
+                                peer,
+                                msg,
+                            },
+                        );
+                    }
+                }
+                Dir::Rx => self.push(
+                    at,
+                    h,
+                    app.epoch,
+                    Record::Wire {
+                        tx: false,
+                        peer,
+                        msg,
+                    },
+                ),
+                Dir::RxDropped => {
+                    self.push(at, h, app.epoch, Record::Fault(Fault::Corrupted { msg }))
+                }
             }
         }
         wire.clear();
