@@ -225,8 +225,9 @@ impl Scenario {
         // Timer scale: DREQ timeout 12 ms (fast) or 4608 ms (default).
         let unit = if fast_timers { 12 * MS } else { 4608 * MS };
         let mut partitions = Vec::new();
-        if rng.chance(0.15) {
-            let start = rng.range_u64(0..=200) * US;
+        let cuts = pick(rng, &[(80, 0), (15, 1), (5, 2)]);
+        for _ in 0..cuts {
+            let start = rng.range_u64(0..=200) * US + rng.range_u64(0..=4) * unit / 2;
             partitions.push(PartitionSpec {
                 start_ns: start,
                 heal_ns: start + rng.range_u64(1..=40) * unit / 4,
@@ -374,6 +375,17 @@ impl Scenario {
             if rng.chance(0.2) {
                 p.push(step(Trigger::Now, Action::PostRecv { n: 1 }));
             }
+        }
+        if rng.chance(0.04) {
+            // The server dies (and maybe comes back with amnesia, without a listener).
+            let at = rng.range_u64(0..=8) * unit / 4 + rng.range_u64(0..=100) * US;
+            let restart = rng.chance(0.5).then(|| rng.range_u64(1..=4) * unit);
+            p.push(step(
+                Trigger::At(at),
+                Action::Crash {
+                    restart_after_ns: restart,
+                },
+            ));
         }
         if stale {
             // The old connection gets a DREQ from the stale-connection handling: answer it.
