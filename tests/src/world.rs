@@ -488,6 +488,7 @@ impl History {
             h.write_u64(n);
         }
         h.write_u8(u8::from(self.quiescent));
+        h.write_u64(self.healed_at.map_or(u64::MAX, |t| t.as_nanos()));
         h.finish()
     }
 }
