@@ -37,8 +37,8 @@ fn replay_seed_reports_exactly_what_run_seed_reports() {
 
 #[test]
 fn same_seed_same_hash_different_seeds_differ() {
-    let hashes: Vec<u64> = (0..40).map(|s| run_seed(s).trace_hash).collect();
-    let again: Vec<u64> = (0..40).map(|s| run_seed(s).trace_hash).collect();
+    let hashes: Vec<u64> = (0..500).map(|s| run_seed(s).trace_hash).collect();
+    let again: Vec<u64> = (0..500).map(|s| run_seed(s).trace_hash).collect();
     assert_eq!(hashes, again);
     let mut sorted = hashes.clone();
     sorted.sort_unstable();
