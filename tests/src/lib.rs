@@ -4,4 +4,6 @@
 //! connection manager and the simulated RNIC together on the deterministic fabric.
 
 pub mod demo;
+pub mod explore;
 pub mod host;
+pub mod scenario;
