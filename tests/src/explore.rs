@@ -357,7 +357,11 @@ impl Summary {
     pub fn render(&self) -> String {
         let c = &self.campaign;
         let mut s = String::new();
-        let ranges: Vec<String> = c.ranges.iter().map(|r| format!("{}..{}", r[0], r[1])).collect();
+        let ranges: Vec<String> = c
+            .ranges
+            .iter()
+            .map(|r| format!("{}..{}", r[0], r[1]))
+            .collect();
         let _ = write!(s, "rnic explore: seeds {}", ranges.join(", "));
         let _ = write!(s, " — {} scenarios", c.scenarios);
         if let Some(t) = &self.timing {
@@ -405,7 +409,11 @@ impl Summary {
             );
         }
         let _ = writeln!(s, "campaign digest: {}", c.digest);
-        let _ = writeln!(s, "verdict: {}", if self.passed() { "PASS" } else { "FAIL" });
+        let _ = writeln!(
+            s,
+            "verdict: {}",
+            if self.passed() { "PASS" } else { "FAIL" }
+        );
         s
     }
 }
@@ -504,10 +512,16 @@ mod tests {
             timing: None,
         };
         assert!(!s.passed());
-        assert_eq!(s.campaign.failing[0].replay, "./target/release/rnic replay --seed 7");
+        assert_eq!(
+            s.campaign.failing[0].replay,
+            "./target/release/rnic replay --seed 7"
+        );
         let text = s.render();
         assert!(text.contains("FAIL seed 7"), "{text}");
-        assert!(text.contains("replay: ./target/release/rnic replay --seed 7"), "{text}");
+        assert!(
+            text.contains("replay: ./target/release/rnic replay --seed 7"),
+            "{text}"
+        );
         assert!(text.contains("verdict: FAIL"), "{text}");
     }
 }

@@ -66,11 +66,18 @@ pub fn run_seed(seed: u64) -> SeedReport {
         faults: format!("loss={}%", v % 30),
         trace_hash: v,
         violations: if v % 997 == 0 {
-            vec![Violation { invariant: "S1", host: 0, message: "stub".into() }]
+            vec![Violation {
+                invariant: "S1",
+                host: 0,
+                message: "stub".into(),
+            }]
         } else {
             vec![]
         },
-        sometimes: Sometimes { dreqs_crossed: v % 3 == 0, ..Sometimes::default() },
+        sometimes: Sometimes {
+            dreqs_crossed: v % 3 == 0,
+            ..Sometimes::default()
+        },
         quiescent: true,
     }
 }
@@ -90,5 +97,7 @@ impl Replay {
     }
 }
 pub fn replay_seed(seed: u64) -> Replay {
-    Replay { report: run_seed(seed) }
+    Replay {
+        report: run_seed(seed),
+    }
 }
