@@ -65,7 +65,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
         seed,
         faults: format!("loss={}%", v % 30),
         trace_hash: v,
-        violations: if v % 997 == 0 {
+        violations: if v.is_multiple_of(997) {
             vec![Violation {
                 invariant: "S1",
                 host: 0,
@@ -75,7 +75,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
             vec![]
         },
         sometimes: Sometimes {
-            dreqs_crossed: v % 3 == 0,
+            dreqs_crossed: v.is_multiple_of(3),
             ..Sometimes::default()
         },
         quiescent: true,
