@@ -3,9 +3,10 @@
 //! Harness, oracle and the `rnic` command-line tool. [`demo`] is the README's main job; [`host`] puts the
 //! connection manager and the simulated RNIC together on the deterministic fabric. [`world`]
 //! runs hosts with recorded histories, [`scenario`] scripts and generates runs, [`oracle`]
-//! checks the disconnect invariants.
+//! checks the disconnect invariants, [`explore`] runs seed swarms.
 
 pub mod demo;
+pub mod explore;
 pub mod host;
 pub mod oracle;
 pub mod scenario;
