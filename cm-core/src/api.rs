@@ -135,7 +135,7 @@ pub struct CmEvent {
     seq: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct IdRec {
     channel: EventChannel,
     ps: RdmaPortSpace,
@@ -154,8 +154,9 @@ struct IdRec {
     connect_error: bool,
 }
 
-/// The rdma_cm of one host/device. See the module docs.
-#[derive(Debug)]
+/// The rdma_cm of one host/device. See the module docs. `Clone` is a full, independent
+/// snapshot, engine included (used by the model checker).
+#[derive(Debug, Clone)]
 pub struct RdmaCm {
     engine: CmEngine,
     local_gid: Gid,

@@ -16,7 +16,7 @@ pub(crate) enum CqPush {
 }
 
 /// One completion queue.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Cq {
     /// Its own handle (reported on the channel).
     pub handle: CqHandle,

@@ -75,7 +75,7 @@ pub struct Counters {
 }
 
 /// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Shared {
     /// The device's GID.
     pub gid: Gid,
@@ -195,8 +195,10 @@ impl SimDeviceConfig {
     }
 }
 
-/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only.
-#[derive(Debug)]
+/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only. `Clone` is a
+/// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
+/// copies).
+#[derive(Debug, Clone)]
 pub struct SimDevice {
     cfg: SimDeviceConfig,
     sh: Shared,
@@ -206,6 +208,16 @@ pub struct SimDevice {
     qps: BTreeMap<u32, SimQp>,
     next_qpn: u32,
     gsi: crate::gsi::Gsi,
+    /// QPs touched since the last [`SimDevice::poll_transmit`] ran the requesters: only they
+    /// can have something new to send (a QP's requester emits all it may in one go, and only
+    /// an operation on that QP — a post, a packet, a modify, a timer — lets it send more).
+    /// Runs in QPN order, as a scan of every QP would.
+    tx_pending: BTreeSet<u32>,
+    /// Every armed transport timer, `(earliest deadline, QPN)`, one entry per QP, kept exact
+    /// after each operation on a QP ([`SimDevice::sync_deadline`]).
+    deadlines: BTreeSet<(SimTime, u32)>,
+    /// The deadline each QP has in `deadlines`.
+    deadline_of: BTreeMap<u32, SimTime>,
 }
 
 fn qp_handle_err() -> Error {
@@ -235,6 +247,9 @@ impl SimDevice {
             next_cq: 1,
             qps: BTreeMap::new(),
             gsi: crate::gsi::Gsi::default(),
+            tx_pending: BTreeSet::new(),
+            deadlines: BTreeSet::new(),
+            deadline_of: BTreeMap::new(),
         }
     }
 
@@ -266,12 +281,43 @@ impl SimDevice {
     /// starts retransmit timers.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
         if self.sh.tx.is_empty() {
-            for qp in self.qps.values_mut() {
-                qp.transmit(&mut self.sh, now);
-                qp.settle(&mut self.sh);
+            for qpn in std::mem::take(&mut self.tx_pending) {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.transmit(&mut self.sh, now);
+                    qp.settle(&mut self.sh);
+                }
+                self.sync_deadline(qpn);
             }
         }
         self.sh.tx.pop_front()
+    }
+
+    /// After an operation on QP `qpn`: it may have something to send, and its timers may have
+    /// moved. Keeps `poll_transmit` and `poll_timeout` from scanning every QP (a World holds
+    /// tens of thousands).
+    fn touched(&mut self, qpn: u32) {
+        self.tx_pending.insert(qpn);
+        self.sync_deadline(qpn);
+    }
+
+    /// Re-files QP `qpn`'s earliest armed timer (none if it is gone) in `deadlines`.
+    fn sync_deadline(&mut self, qpn: u32) {
+        let new = self
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.req.retrans_at.into_iter().chain(q.req.rnr_at).min());
+        let old = match new {
+            Some(t) => self.deadline_of.insert(qpn, t),
+            None => self.deadline_of.remove(&qpn),
+        };
+        if old != new {
+            if let Some(t) = old {
+                self.deadlines.remove(&(t, qpn));
+            }
+            if let Some(t) = new {
+                self.deadlines.insert((t, qpn));
+            }
+        }
     }
 
     /// Handles a packet from `src`. Bad packets are counted in [`Counters`] and dropped.
@@ -294,6 +340,7 @@ impl SimDevice {
             c.unknown_qp += 1;
             return;
         };
+        self.tx_pending.insert(qpn);
         let ud_op = (packet.bth.opcode as u8) >> 5 == 3;
         match qp.init.qp_type {
             QpType::Rc => {
@@ -328,22 +375,40 @@ impl SimDevice {
             }
         }
         qp.settle(&mut self.sh);
+        self.sync_deadline(qpn);
     }
 
     /// The earliest deadline of a retransmit or RNR timer, if any is armed.
     pub fn poll_timeout(&self) -> Option<SimTime> {
-        self.qps
-            .values()
-            .flat_map(|q| [q.req.retrans_at, q.req.rnr_at])
-            .flatten()
-            .min()
+        let t = self.deadlines.first().map(|&(t, _)| t);
+        #[cfg(test)]
+        {
+            let scan = self
+                .qps
+                .values()
+                .flat_map(|q| [q.req.retrans_at, q.req.rnr_at])
+                .flatten()
+                .min();
+            assert_eq!(t, scan, "deadline index out of step with the QPs' timers");
+        }
+        t
     }
 
-    /// Fires the timers due at `now`.
+    /// Fires the timers due at `now`, QP by QP in QPN order.
     pub fn handle_timeout(&mut self, now: SimTime) {
-        for qp in self.qps.values_mut() {
-            qp.timeout(&mut self.sh, now);
-            qp.settle(&mut self.sh);
+        let mut due: Vec<u32> = self
+            .deadlines
+            .iter()
+            .take_while(|&&(t, _)| t <= now)
+            .map(|&(_, qpn)| qpn)
+            .collect();
+        due.sort_unstable();
+        for qpn in due {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.timeout(&mut self.sh, now);
+                qp.settle(&mut self.sh);
+            }
+            self.touched(qpn);
         }
     }
 
@@ -723,6 +788,7 @@ impl Device for SimDevice {
             s => q.attr.qp_state = s,
         }
         q.settle(sh);
+        self.touched(qp.0);
         Ok(())
     }
 
@@ -737,7 +803,10 @@ impl Device for SimDevice {
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
-        self.qps.remove(&qp.0).map(|_| ()).ok_or_else(qp_handle_err)
+        self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        self.tx_pending.remove(&qp.0);
+        self.sync_deadline(qp.0);
+        Ok(())
     }
 
     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr]) -> Result<(), PostError> {
@@ -746,7 +815,9 @@ impl Device for SimDevice {
             error: qp_handle_err(),
             bad_wr: 0,
         })?;
-        q.post_send(sh, wrs)
+        let r = q.post_send(sh, wrs);
+        self.touched(qp.0);
+        r
     }
 
     fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
@@ -755,7 +826,9 @@ impl Device for SimDevice {
             error: qp_handle_err(),
             bad_wr: 0,
         })?;
-        q.post_recv(sh, wrs)
+        let r = q.post_recv(sh, wrs);
+        self.touched(qp.0);
+        r
     }
 
     fn get_async_event(&mut self) -> Option<AsyncEvent> {

@@ -37,7 +37,7 @@ pub struct GsiDatagram {
 }
 
 /// State of the device's QP1.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Gsi {
     /// PSN of the next datagram sent (UD receivers do not check it).
     pub psn: u32,

@@ -13,7 +13,7 @@ use verbs_core::{AccessFlags, Sge};
 const PAGE: u64 = 4096;
 
 /// One registered region.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct MrEntry {
     /// Owning protection domain (handle value).
     pub pd: u32,
@@ -51,7 +51,7 @@ pub(crate) enum ScatterError {
 }
 
 /// The device's regions, keyed by slot index (= handle value = `lkey >> 8`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct MrTable {
     entries: BTreeMap<u32, MrEntry>,
     next_index: u32,

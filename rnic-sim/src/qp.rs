@@ -160,7 +160,7 @@ pub(crate) struct Responder {
 }
 
 /// A queue pair of the simulated device.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct SimQp {
     /// QP number (24 bits; never 0; 1 only for the GSI QP).
     pub qpn: u32,

@@ -1267,6 +1267,22 @@ fn rnr_nak_backs_off_by_min_rnr_timer_then_retries() {
     );
 }
 
+/// The deadline index follows every QP's timers: armed by a send, re-armed by the ACK's
+/// arrival, gone with the QP. (`poll_timeout` also cross-checks against a scan in unit tests.)
+#[test]
+fn transport_timers_are_indexed_per_qp_and_leave_with_the_qp() {
+    let (mut a, mut b) = pair();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    assert_eq!(a.dev.poll_timeout(), None, "nothing sent yet");
+    let out = a.dev.poll_transmit(SimTime::ZERO);
+    assert!(out.is_some());
+    assert!(a.dev.poll_timeout().is_some(), "retransmit timer armed");
+    a.dev.destroy_qp(a.qp.handle).unwrap();
+    assert_eq!(a.dev.poll_timeout(), None);
+    assert!(a.dev.poll_transmit(SimTime::ZERO).is_none());
+    let _ = &mut b;
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad packets
 

@@ -1,8 +1,15 @@
 //! # rnic-testbed — the deterministic RDMA testbed
 //!
 //! Harness, oracle and the `rnic` command-line tool. [`demo`] is the README's main job; [`host`] puts the
-//! connection manager and the simulated RNIC together on the deterministic fabric.
+//! connection manager and the simulated RNIC together on the deterministic fabric. [`world`]
+//! runs hosts with recorded histories, [`scenario`] scripts and generates runs, [`oracle`]
+//! checks the disconnect invariants, [`explore`] runs seed swarms, [`ping`] is `rnic ping`
+//! (rping over real UDP between processes).
 
 pub mod demo;
+pub mod explore;
 pub mod host;
+pub mod oracle;
 pub mod ping;
+pub mod scenario;
+pub mod world;

@@ -2,6 +2,9 @@
 
 use clap::{Parser, Subcommand};
 use rnic_testbed::demo::{self, DemoOptions};
+use rnic_testbed::explore::{self, ExploreOptions, Summary};
+use rnic_testbed::scenario;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use verbs_core::Mtu;
 
@@ -33,6 +36,47 @@ enum Command {
     /// own simulated RNIC; CM connect, WRITE/READ/SEND with every byte checked, disconnect with
     /// receives posted. Exits non-zero if a check fails.
     Ping(rnic_testbed::ping::cli::PingArgs),
+    /// A swarm over seeds: each seed draws its own faults (loss, duplication, reordering
+    /// delays, partitions, crashes) and workload, runs on the deterministic World and is checked
+    /// by the oracle (S1–S7, L1–L3). Prints a summary with the "sometimes" counters and the
+    /// replay command of every failing seed; exits 1 if any seed failed.
+    Explore {
+        /// Number of seeds (scenarios) to run.
+        #[arg(long, default_value_t = 10_000)]
+        seeds: u64,
+        /// First seed; a shard of a larger campaign runs `--start K*N --seeds N`.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Worker threads (default: all cores). The summary is the same whatever the value.
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Print the summary as one JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also fail (exit 1) if a "sometimes" counter is still zero at the end.
+        #[arg(long)]
+        require_sometimes: bool,
+        /// Merge these shard summaries (JSON files written by `explore --json`) instead of
+        /// running seeds.
+        #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with_all = ["seeds", "start", "jobs"])]
+        merge: Vec<PathBuf>,
+    },
+    /// Re-runs one seed of `explore` and prints its trace, the oracle's verdict and the
+    /// replay's trace hash; exits 1 if an invariant failed.
+    Replay {
+        /// The seed to replay.
+        #[arg(long)]
+        seed: u64,
+        /// Write a Mermaid sequence diagram (wire messages and CM events per host) to FILE.
+        #[arg(long, value_name = "FILE")]
+        mermaid: Option<PathBuf>,
+        /// Write the packets to FILE (pcap, readable by tshark/Wireshark).
+        #[arg(long, value_name = "FILE")]
+        pcap: Option<PathBuf>,
+        /// Print only the verdict, not the trace.
+        #[arg(long)]
+        quiet: bool,
+    },
 }
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
@@ -53,9 +97,148 @@ fn mtu(bytes: u32) -> Mtu {
     }
 }
 
+/// Writes `text` to stdout. When the reader has gone (`rnic replay … | head`), exits at once
+/// with status 141, as a process killed by SIGPIPE would, instead of panicking.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(141);
+    }
+}
+
+/// The command that started this process, for exact replay commands.
+fn program() -> String {
+    std::env::args().next().unwrap_or_else(|| "rnic".into())
+}
+
+fn run_explore(
+    opts: ExploreOptions,
+    json: bool,
+    require_sometimes: bool,
+    merge: &[PathBuf],
+) -> ExitCode {
+    let summary = if merge.is_empty() {
+        explore::explore(&opts)
+    } else {
+        let mut shards = Vec::new();
+        for path in merge {
+            let parsed = std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str::<Summary>(&text).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(s) => shards.push(s),
+                Err(e) => {
+                    eprintln!("rnic explore: {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        match Summary::merge(&shards) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("rnic explore --merge: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(text) => emit(&(text + "\n")),
+            Err(e) => {
+                eprintln!("rnic explore: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        emit(&summary.render());
+    }
+    let blind = require_sometimes && !summary.blind_spots().is_empty();
+    if blind {
+        eprintln!(
+            "rnic explore: sometimes counters at zero: {}",
+            summary.blind_spots().join(", ")
+        );
+    }
+    if summary.passed() && !blind {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn run_replay(seed: u64, mermaid: Option<PathBuf>, pcap: Option<PathBuf>, quiet: bool) -> ExitCode {
+    let replay = scenario::replay_seed(seed);
+    let r = &replay.report;
+    if quiet {
+        emit(&format!("seed {seed}: {}\n", r.faults));
+        for v in &r.violations {
+            emit(&format!("{v}\n"));
+        }
+    } else {
+        // Header (seed, faults), one line per record, then the violations.
+        emit(&replay.trace());
+    }
+    emit(&format!("trace hash: {:016x}\n", r.trace_hash));
+    if !r.quiescent {
+        emit("NOT QUIESCENT at the end of the run\n");
+    }
+    let mut writes = Vec::new();
+    if let Some(path) = mermaid {
+        writes.push((path, replay.mermaid().into_bytes()));
+    }
+    if let Some(path) = pcap {
+        writes.push((path, replay.pcap()));
+    }
+    for (path, bytes) in writes {
+        if let Err(e) = std::fs::write(&path, bytes) {
+            eprintln!("rnic replay: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        emit(&format!("wrote {}\n", path.display()));
+    }
+    let passed = r.violations.is_empty() && r.quiescent;
+    emit(&format!(
+        "verdict: {}\n",
+        if passed { "PASS" } else { "FAIL" }
+    ));
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Explore {
+            seeds,
+            start,
+            jobs,
+            json,
+            require_sometimes,
+            merge,
+        } => {
+            let opts = ExploreOptions {
+                start,
+                seeds,
+                jobs: jobs.unwrap_or_else(explore::default_jobs),
+                progress: !json,
+                program: program(),
+            };
+            run_explore(opts, json, require_sometimes, &merge)
+        }
+        Command::Replay {
+            seed,
+            mermaid,
+            pcap,
+            quiet,
+        } => run_replay(seed, mermaid, pcap, quiet),
         Command::Demo {
             size,
             recvs,

@@ -1,0 +1,1061 @@
+//! The oracle: the disconnect invariants of TESTING.md (S1–S7 safety, L1–L3 liveness) checked
+//! in **one pass** over a [`History`], plus the "sometimes" situations it reached.
+//!
+//! Keys: a CM id is `(host, life, id)`; a WR is its `wr_id` (unique per World); a queue is
+//! `(host, life, QPN, send/recv)`. Comm IDs from the CM events connect ids to the MADs on the
+//! wire (cm-spec §2.9).
+//!
+//! What each check uses (and where it is deliberately coarse):
+//! * **S1** per id: ≤ 1 DISCONNECTED, no ESTABLISHED after it, TIMEWAIT_EXIT ≤ 1, only after
+//!   DISCONNECTED and not before its TimeWait (`ms(qp.timeout)`, cm-spec §3.2, §4.5).
+//! * **S2** per WR: ≤ 1 completion; at quiescence exactly 1 for WRs of a host life that is
+//!   still running.
+//! * **S3** per queue: completions in post order (`wr_id`s grow in post order).
+//! * **S4** a WR posted to a QP in ERR, or completing after the QP was seen in ERR, completes
+//!   with WR_FLUSH_ERR; no SUCCESS after a flush on the same queue.
+//! * **S5** a DISCONNECTED with status 0 follows a DREQ or DREP received for the id's comm ID
+//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2).
+//! * **S6** every successful completion's `data_ok` (checked by the World at poll time).
+//! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
+//!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
+//!   event is un-acked), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
+//!   accepted from INIT), by the state tracked from the history; other calls may return only
+//!   0 or EINVAL.
+//! * **L1–L3** (only when the history was healed and is quiescent): an id on which disconnect
+//!   was called after ESTABLISHED gets exactly one DISCONNECTED (L1; unless a REJ came instead:
+//!   Linux cm.c enters TimeWait on a REJ in DREQ_SENT and rdma_cm reports REJECTED, §4.5); a DISCONNECTED(0) caused by
+//!   a peer id's DREQ/DREP means that peer id got DISCONNECTED too (L2); an id that reached
+//!   TimeWait (DISCONNECTED after a DREP, with −110, or answered by a disconnect call) gets
+//!   TIMEWAIT_EXIT; nothing is left armed (L3). Ids destroyed, of hosts that crashed, or of
+//!   applications that never read events are exempt.
+
+use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
+use cm_core::api::CmEventType as E;
+use cm_core::wire::{CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ};
+use rnic_sim::fabric::DropReason;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use verbs_core::{SimTime, WcStatus};
+
+/// The invariants of TESTING.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(missing_docs)] // each is the TESTING.md name
+pub enum Invariant {
+    S1,
+    S2,
+    S3,
+    S4,
+    S5,
+    S6,
+    S7,
+    L1,
+    L2,
+    L3,
+}
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which.
+    pub invariant: Invariant,
+    /// The host it was seen on.
+    pub host: usize,
+    /// When (virtual time).
+    pub at: SimTime,
+    /// What is wrong.
+    pub message: String,
+    /// The records involved, formatted.
+    pub events: Vec<String>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} violated on host {} at {} µs: {}",
+            self.invariant,
+            self.host,
+            self.at.as_nanos() / 1000,
+            self.message
+        )?;
+        for e in &self.events {
+            write!(f, "\n    {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The rare situations a run reached (TESTING.md "Sometimes" counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sometimes {
+    /// Two DREQs of one connection crossed: a host received the peer's DREQ for a connection
+    /// after sending its own.
+    pub dreqs_crossed: bool,
+    /// A DISCONNECTED with status −110 (DREQ retries exhausted).
+    pub dreq_retries_exhausted: bool,
+    /// The fabric dropped a DREP.
+    pub drep_lost: bool,
+    /// A host received a DREQ for a connection it had already answered with a DREP (TimeWait).
+    pub dup_dreq_in_timewait: bool,
+    /// A WR was posted to a QP the application had seen in ERR.
+    pub wr_posted_after_err: bool,
+    /// rdma_disconnect was called on an id that was connecting (not yet ESTABLISHED).
+    pub disconnect_during_setup: bool,
+    /// A REJ with reason 10 (stale connection) was sent.
+    pub stale_connection_rej: bool,
+}
+
+impl Sometimes {
+    /// The snake_case names, in field order.
+    pub const NAMES: [&'static str; 7] = [
+        "dreqs_crossed",
+        "dreq_retries_exhausted",
+        "drep_lost",
+        "dup_dreq_in_timewait",
+        "wr_posted_after_err",
+        "disconnect_during_setup",
+        "stale_connection_rej",
+    ];
+
+    /// The flags, in field order.
+    pub fn flags(&self) -> [bool; 7] {
+        [
+            self.dreqs_crossed,
+            self.dreq_retries_exhausted,
+            self.drep_lost,
+            self.dup_dreq_in_timewait,
+            self.wr_posted_after_err,
+            self.disconnect_during_setup,
+            self.stale_connection_rej,
+        ]
+    }
+}
+
+type IdKey = (u8, u8, u32);
+type QueueKey = (u8, u8, u32, Queue);
+
+#[derive(Debug, Default)]
+struct IdState {
+    comm_id: u32,
+    has_cm_id: bool,
+    established: bool,
+    destroyed: bool,
+    disconnected: u32,
+    disc_at: Option<(SimTime, u64, i32, usize)>,
+    timewait_exit: u32,
+    unacked: u32,
+    /// Disconnect called (errno 0) after ESTABLISHED.
+    disconnect_connected: bool,
+    /// Disconnect called (errno 0) after DISCONNECTED.
+    answered: bool,
+    /// A DREP addressed to this id arrived.
+    drep_rcvd: bool,
+    /// DISCONNECTED(0) came after a DREQ/DREP from this peer comm ID.
+    caused_by: Option<u32>,
+    qpn: u32,
+    /// REJECTED was reported (a REJ in ESTABLISHED/DREQ_SENT: TimeWait without DISCONNECTED,
+    /// cm-spec §4.5).
+    rejected: bool,
+}
+
+#[derive(Debug)]
+struct WrState {
+    key: QueueKey,
+    qp_err: bool,
+    done: u32,
+}
+
+#[derive(Debug, Default)]
+struct HostState {
+    epoch: u8,
+    dead: bool,
+    max_cm_retries: u8,
+    /// (remote comm ID, attribute) of received DREQ/DREP, with the sender's comm ID.
+    rx: BTreeMap<(u32, u16), u32>,
+    /// local comm ID → DREQs sent.
+    dreq_tx: BTreeMap<u32, u32>,
+    /// local comm IDs a DREP was sent for.
+    drep_tx: BTreeSet<u32>,
+    /// QPNs (current life) that reached RTS or ERR.
+    ready: BTreeSet<u32>,
+    /// QPNs seen in ERR.
+    err: BTreeSet<u32>,
+}
+
+/// The one-pass checker. See the module docs.
+#[derive(Debug, Default)]
+struct Checker {
+    out: Vec<Violation>,
+    hosts: Vec<HostState>,
+    ids: BTreeMap<IdKey, IdState>,
+    wrs: BTreeMap<u64, WrState>,
+    queues: BTreeMap<QueueKey, (u64, bool)>,
+    sometimes: Sometimes,
+    /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
+    /// (cm-spec §4.4 step 2): (host, life, QPN, the call).
+    must_be_err: Vec<(u8, u8, u32, Entry)>,
+}
+
+impl Checker {
+    fn violate(&mut self, inv: Invariant, e: &Entry, message: String) {
+        self.out.push(Violation {
+            invariant: inv,
+            host: usize::from(e.host),
+            at: e.at,
+            message,
+            events: vec![e.to_string()],
+        });
+    }
+
+    fn host(&mut self, h: u8) -> &mut HostState {
+        let h = usize::from(h);
+        if self.hosts.len() <= h {
+            self.hosts.resize_with(h + 1, HostState::default);
+        }
+        &mut self.hosts[h]
+    }
+
+    fn entry(&mut self, e: &Entry) {
+        let (h, ep) = (e.host, e.epoch);
+        match e.rec {
+            Record::Boot { max_cm_retries } => {
+                let hs = self.host(h);
+                *hs = HostState {
+                    epoch: ep,
+                    max_cm_retries,
+                    ..HostState::default()
+                };
+            }
+            Record::Fault(Fault::Crash { restart_ns }) => {
+                if restart_ns.is_none() {
+                    self.host(h).dead = true;
+                }
+            }
+            Record::Fault(Fault::Dropped { msg, reason }) => {
+                if msg.attr == DREP && reason != DropReason::NoListener {
+                    self.sometimes.drep_lost = true;
+                }
+            }
+            Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
+            Record::Wire { tx, msg, .. } => self.wire(e, tx, msg),
+            Record::Event {
+                id,
+                event,
+                status,
+                comm_id,
+                timewait_ns,
+            } => self.event(e, (h, ep, id), event, status, comm_id, timewait_ns),
+            Record::Call { call, errno } => self.call(e, call, errno),
+            Record::Posted {
+                qpn,
+                wr_id,
+                queue,
+                qp_err,
+                ..
+            } => {
+                if qp_err {
+                    self.sometimes.wr_posted_after_err = true;
+                }
+                self.wrs.insert(
+                    wr_id,
+                    WrState {
+                        key: (h, ep, qpn, queue),
+                        qp_err,
+                        done: 0,
+                    },
+                );
+            }
+            Record::Completion {
+                qpn,
+                wr_id,
+                queue,
+                status,
+                data_ok,
+                ..
+            } => self.completion(e, qpn, wr_id, queue, status, data_ok),
+            Record::QpErr { qpn } => {
+                let hs = self.host(h);
+                hs.err.insert(qpn);
+                hs.ready.insert(qpn);
+            }
+        }
+    }
+
+    fn wire(&mut self, e: &Entry, tx: bool, msg: crate::world::WireMsg) {
+        let hs = self.host(e.host);
+        match (tx, msg.attr) {
+            (true, DREQ) => *hs.dreq_tx.entry(msg.local_comm_id).or_default() += 1,
+            (true, DREP) => {
+                hs.drep_tx.insert(msg.local_comm_id);
+            }
+            (true, REJ) if msg.reason == 10 => self.sometimes.stale_connection_rej = true,
+            (false, DREQ) => {
+                let crossed = hs.dreq_tx.contains_key(&msg.remote_comm_id);
+                let in_tw = hs.drep_tx.contains(&msg.remote_comm_id);
+                hs.rx.insert((msg.remote_comm_id, DREQ), msg.local_comm_id);
+                self.sometimes.dreqs_crossed |= crossed;
+                self.sometimes.dup_dreq_in_timewait |= in_tw;
+            }
+            (false, DREP) => {
+                hs.rx.insert((msg.remote_comm_id, DREP), msg.local_comm_id);
+            }
+            _ => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        e: &Entry,
+        key: IdKey,
+        event: E,
+        status: i32,
+        comm_id: u32,
+        timewait_ns: u64,
+    ) {
+        let (dreq_from, drep_from, dreq_sent, max_retries) = {
+            let hs = self.host(e.host);
+            (
+                hs.rx.get(&(comm_id, DREQ)).copied(),
+                hs.rx.get(&(comm_id, DREP)).copied(),
+                hs.dreq_tx.get(&comm_id).copied().unwrap_or(0),
+                hs.max_cm_retries,
+            )
+        };
+        let id = self.ids.entry(key).or_default();
+        if comm_id != 0 {
+            id.comm_id = comm_id;
+        }
+        id.unacked += 1;
+        let mut v: Vec<(Invariant, String)> = Vec::new();
+        match event {
+            E::ConnectRequest => id.has_cm_id = true,
+            E::Rejected => id.rejected = true,
+            E::Established => {
+                if id.disconnected > 0 {
+                    v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
+                }
+                id.established = true;
+            }
+            E::Disconnected => {
+                id.disconnected += 1;
+                if id.disconnected > 1 {
+                    v.push((Invariant::S1, "a second DISCONNECTED".into()));
+                }
+                id.drep_rcvd = drep_from.is_some();
+                if id.disc_at.is_none() {
+                    id.disc_at = Some((e.at, timewait_ns, status, 0));
+                }
+                if status == 0 {
+                    match drep_from.or(dreq_from) {
+                        Some(peer) => id.caused_by = Some(peer),
+                        None => v.push((
+                            Invariant::S5,
+                            "DISCONNECTED(0) without a DREQ or DREP received for the id".into(),
+                        )),
+                    }
+                } else if status == -110 {
+                    self.sometimes.dreq_retries_exhausted = true;
+                    if dreq_sent < 1 + u32::from(max_retries) {
+                        v.push((
+                            Invariant::S5,
+                            format!(
+                                "DISCONNECTED(-110) after {dreq_sent} DREQs, not 1 + {max_retries}"
+                            ),
+                        ));
+                    }
+                }
+            }
+            E::TimewaitExit => {
+                id.timewait_exit += 1;
+                if id.timewait_exit > 1 {
+                    v.push((Invariant::S1, "a second TIMEWAIT_EXIT".into()));
+                }
+                match id.disc_at {
+                    None => v.push((Invariant::S1, "TIMEWAIT_EXIT without DISCONNECTED".into())),
+                    Some((at, tw, _, _)) if e.at < at.plus_nanos(tw) => v.push((
+                        Invariant::S1,
+                        format!(
+                            "TIMEWAIT_EXIT before DISCONNECTED at {} µs + TimeWait {} µs",
+                            at.as_nanos() / 1000,
+                            tw / 1000
+                        ),
+                    )),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        for (inv, m) in v {
+            self.violate(inv, e, m);
+        }
+    }
+
+    fn call(&mut self, e: &Entry, call: Call, errno: i32) {
+        const EINVAL: i32 = 22;
+        const EBUSY: i32 = 16;
+        let (h, ep) = (e.host, e.epoch);
+        let expect = |this: &mut Self, want: i32, what: &str| {
+            if errno != want {
+                this.violate(
+                    Invariant::S7,
+                    e,
+                    format!("{what} returned errno {errno}, cm-spec says {want}"),
+                );
+            }
+        };
+        match call {
+            Call::Connect { id, qpn, .. } => {
+                if errno == 0 {
+                    let s = self.ids.entry((h, ep, id)).or_default();
+                    s.has_cm_id = true;
+                    s.qpn = qpn;
+                } else if errno != EINVAL {
+                    expect(self, EINVAL, "rdma_connect");
+                }
+            }
+            Call::Accept { id, qpn } => {
+                let s = self.ids.entry((h, ep, id)).or_default();
+                s.qpn = qpn;
+                if errno == 0 {
+                    self.host(h).ready.insert(qpn);
+                } else if errno != EINVAL {
+                    expect(self, EINVAL, "rdma_accept");
+                }
+            }
+            Call::Listen { .. } | Call::Reject { .. } => {
+                if errno != 0 && errno != EINVAL {
+                    expect(self, 0, "rdma_listen/rdma_reject");
+                }
+            }
+            Call::Disconnect { id } => {
+                let Some(s) = self.ids.get_mut(&(h, ep, id)) else {
+                    return;
+                };
+                let want = if s.destroyed || !s.has_cm_id {
+                    EINVAL
+                } else {
+                    0
+                };
+                if errno == 0 && s.qpn != 0 {
+                    self.must_be_err.push((h, ep, s.qpn, *e));
+                }
+                if errno == 0 {
+                    if s.established && s.disconnected == 0 {
+                        s.disconnect_connected = true;
+                    }
+                    if !s.established && s.disconnected == 0 {
+                        self.sometimes.disconnect_during_setup = true;
+                    }
+                    if s.disconnected > 0 {
+                        s.answered = true;
+                    }
+                }
+                expect(self, want, "rdma_disconnect");
+            }
+            Call::Destroy { id } => {
+                let s = self.ids.entry((h, ep, id)).or_default();
+                let want = if s.destroyed {
+                    EINVAL
+                } else if s.unacked > 0 {
+                    EBUSY
+                } else {
+                    0
+                };
+                if errno == 0 {
+                    s.destroyed = true;
+                }
+                expect(self, want, "rdma_destroy_id");
+            }
+            Call::Ack { id, .. } => {
+                if let Some(s) = self.ids.get_mut(&(h, ep, id)) {
+                    s.unacked = s.unacked.saturating_sub(1);
+                }
+                expect(self, 0, "rdma_ack_cm_event");
+            }
+            Call::Post { qpn, op, .. } => {
+                let ready = self.host(h).ready.contains(&qpn);
+                let want = if op == Op::Recv || ready { 0 } else { EINVAL };
+                expect(self, want, "ibv_post");
+            }
+            Call::QpToErr { .. } => expect(self, 0, "ibv_modify_qp(ERR)"),
+        }
+    }
+
+    /// Marks ESTABLISHED ids' QPs ready (the active QP is RTS when ESTABLISHED is read).
+    fn mark_ready(&mut self, e: &Entry) {
+        if let Record::Event {
+            id,
+            event: E::Established,
+            ..
+        } = e.rec
+        {
+            let qpn = self.ids.get(&(e.host, e.epoch, id)).map_or(0, |s| s.qpn);
+            self.host(e.host).ready.insert(qpn);
+        }
+    }
+
+    fn completion(
+        &mut self,
+        e: &Entry,
+        qpn: u32,
+        wr_id: u64,
+        queue: Queue,
+        status: WcStatus,
+        data_ok: bool,
+    ) {
+        let key = (e.host, e.epoch, qpn, queue);
+        let seen_err = self.host(e.host).err.contains(&qpn);
+        let mut v: Vec<(Invariant, String)> = Vec::new();
+        match self.wrs.get_mut(&wr_id) {
+            None => v.push((
+                Invariant::S2,
+                format!("completion of WR {wr_id} never posted"),
+            )),
+            Some(w) => {
+                w.done += 1;
+                if w.done > 1 {
+                    v.push((Invariant::S2, format!("WR {wr_id} completed twice")));
+                }
+                if w.key != key {
+                    v.push((
+                        Invariant::S2,
+                        format!("WR {wr_id} completed on another queue"),
+                    ));
+                }
+                if (w.qp_err || seen_err) && status != WcStatus::WrFlushErr {
+                    v.push((
+                        Invariant::S4,
+                        format!("WR {wr_id} completed {status:?} with its QP in ERR"),
+                    ));
+                }
+            }
+        }
+        let q = self.queues.entry(key).or_insert((0, false));
+        if wr_id <= q.0 {
+            v.push((
+                Invariant::S3,
+                format!("WR {wr_id} completed after WR {} of the same queue", q.0),
+            ));
+        }
+        q.0 = q.0.max(wr_id);
+        if q.1 && status == WcStatus::Success {
+            v.push((Invariant::S4, format!("WR {wr_id} SUCCESS after a flush")));
+        }
+        q.1 |= status == WcStatus::WrFlushErr;
+        if status == WcStatus::Success && !data_ok {
+            v.push((
+                Invariant::S6,
+                format!("WR {wr_id}: destination bytes differ from the bytes posted"),
+            ));
+        }
+        for (inv, m) in v {
+            self.violate(inv, e, m);
+        }
+    }
+
+    /// S7 for the disconnects whose instant has passed: their QP went to ERR.
+    fn settle_disconnects(&mut self, now: Option<SimTime>) {
+        let mut i = 0;
+        while i < self.must_be_err.len() {
+            let (h, ep, qpn, call) = self.must_be_err[i];
+            if now.is_some_and(|t| t <= call.at) {
+                i += 1;
+                continue;
+            }
+            self.must_be_err.swap_remove(i);
+            let hs = self.host(h);
+            if hs.epoch == ep && !hs.err.contains(&qpn) {
+                self.violate(
+                    Invariant::S7,
+                    &call,
+                    format!("rdma_disconnect returned 0 but QP {qpn:#x} was not moved to ERR"),
+                );
+            }
+        }
+    }
+
+    fn finish(&mut self, history: &History) {
+        self.settle_disconnects(None);
+        let end = history.entries.last().map_or(SimTime::ZERO, |e| e.at);
+        let alive = |hosts: &[HostState], h: u8, ep: u8| {
+            hosts
+                .get(usize::from(h))
+                .is_some_and(|s| s.epoch == ep && !s.dead)
+        };
+        let deaf = |h: u8| history.deaf.get(usize::from(h)).copied().unwrap_or(false);
+        let mut v: Vec<Violation> = Vec::new();
+        let mk = |inv, h: u8, message: String| Violation {
+            invariant: inv,
+            host: usize::from(h),
+            at: end,
+            message,
+            events: Vec::new(),
+        };
+        if history.quiescent {
+            for (wr, w) in &self.wrs {
+                if w.done == 0 && alive(&self.hosts, w.key.0, w.key.1) {
+                    v.push(mk(
+                        Invariant::S2,
+                        w.key.0,
+                        format!("WR {wr} ({:?} QP {:#x}) never completed", w.key.3, w.key.2),
+                    ));
+                }
+            }
+        }
+        if history.healed_at.is_some() && history.quiescent {
+            for (&(h, ep, id), s) in &self.ids {
+                if s.destroyed || deaf(h) || !alive(&self.hosts, h, ep) {
+                    continue;
+                }
+                if s.disconnect_connected
+                    && s.disconnected != 1
+                    && !(s.rejected && s.disconnected == 0)
+                {
+                    v.push(mk(
+                        Invariant::L1,
+                        h,
+                        format!(
+                            "id {id}: disconnect called, {} DISCONNECTED",
+                            s.disconnected
+                        ),
+                    ));
+                }
+                if let Some(peer) = s.caused_by {
+                    for (&(ph, pep, pid), p) in &self.ids {
+                        if ph != h
+                            && p.comm_id == peer
+                            && p.disconnected == 0
+                            && !p.destroyed
+                            && !deaf(ph)
+                            && alive(&self.hosts, ph, pep)
+                        {
+                            v.push(mk(
+                                Invariant::L2,
+                                ph,
+                                format!(
+                                    "id {pid}: its CM answered host {h} id {id}'s disconnect but it got no DISCONNECTED"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                let status = s.disc_at.map_or(0, |d| d.2);
+                let timewait = s.disconnected > 0 && (s.answered || s.drep_rcvd || status != 0);
+                if timewait && s.timewait_exit != 1 {
+                    v.push(mk(
+                        Invariant::L3,
+                        h,
+                        format!("id {id}: in TimeWait but {} TIMEWAIT_EXIT", s.timewait_exit),
+                    ));
+                }
+            }
+        }
+        if history.healed_at.is_some() && !history.quiescent {
+            v.push(mk(
+                Invariant::L3,
+                0,
+                "not quiescent: a timer or datagram is left after the liveness phase".into(),
+            ));
+        }
+        self.out.extend(v);
+    }
+}
+
+/// Checks S1–S7 and L1–L3 (module docs) in one pass over `history`; returns the violations
+/// (empty = pass).
+pub fn check(history: &History) -> Vec<Violation> {
+    check_with_sometimes(history).0
+}
+
+/// [`check`], also returning the "sometimes" situations reached.
+pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
+    let mut c = Checker::default();
+    for e in &history.entries {
+        if !c.must_be_err.is_empty() {
+            c.settle_disconnects(Some(e.at));
+        }
+        c.mark_ready(e);
+        c.entry(e);
+    }
+    c.finish(history);
+    (c.out, c.sometimes)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each invariant: a hand-made orderly history passes; one change breaks exactly the rule.
+    use super::*;
+    use crate::world::{Entry, Record, WireMsg};
+    use verbs_core::WcOpcode;
+
+    const A: u32 = 0xa;
+    const B: u32 = 0xb;
+    const TW: u64 = 128_000_000;
+
+    fn at(us: u64, host: u8, rec: Record) -> Entry {
+        Entry {
+            at: SimTime(us * 1000),
+            host,
+            epoch: 0,
+            rec,
+        }
+    }
+
+    fn event(us: u64, host: u8, id: u32, event: E, status: i32, comm_id: u32) -> Entry {
+        let timewait_ns = if event == E::Disconnected { TW } else { 0 };
+        at(
+            us,
+            host,
+            Record::Event {
+                id,
+                event,
+                status,
+                comm_id,
+                timewait_ns,
+            },
+        )
+    }
+
+    fn wire(us: u64, host: u8, tx: bool, attr: u16, local: u32, remote: u32) -> Entry {
+        at(
+            us,
+            host,
+            Record::Wire {
+                tx,
+                peer: 1 - host,
+                msg: WireMsg {
+                    attr,
+                    local_comm_id: local,
+                    remote_comm_id: remote,
+                    reason: 0,
+                },
+            },
+        )
+    }
+
+    fn call(us: u64, host: u8, call: Call, errno: i32) -> Entry {
+        at(us, host, Record::Call { call, errno })
+    }
+
+    fn posted(us: u64, host: u8, wr_id: u64, queue: Queue, qp_err: bool) -> Entry {
+        let op = if queue == Queue::Recv {
+            Op::Recv
+        } else {
+            Op::Send
+        };
+        at(
+            us,
+            host,
+            Record::Posted {
+                qpn: 17,
+                wr_id,
+                queue,
+                op,
+                len: 64,
+                qp_err,
+            },
+        )
+    }
+
+    fn done(us: u64, host: u8, wr_id: u64, queue: Queue, status: WcStatus, data_ok: bool) -> Entry {
+        at(
+            us,
+            host,
+            Record::Completion {
+                qpn: 17,
+                wr_id,
+                queue,
+                opcode: WcOpcode::Send,
+                status,
+                byte_len: 64,
+                data_ok,
+            },
+        )
+    }
+
+    /// Host 0 connects to host 1, a SEND lands in a receive, host 0 disconnects, host 1
+    /// answers, both leave TimeWait; a receive posted to host 0's QP in ERR is flushed.
+    fn orderly() -> Vec<Entry> {
+        let ok = WcStatus::Success;
+        vec![
+            at(0, 0, Record::Boot { max_cm_retries: 15 }),
+            at(0, 1, Record::Boot { max_cm_retries: 15 }),
+            call(
+                0,
+                0,
+                Call::Connect {
+                    id: 1,
+                    to: 1,
+                    qpn: 17,
+                },
+                0,
+            ),
+            event(10, 1, 2, E::ConnectRequest, 0, B),
+            call(10, 1, Call::Accept { id: 2, qpn: 17 }, 0),
+            posted(10, 1, 1, Queue::Recv, false),
+            posted(10, 1, 4, Queue::Recv, false),
+            event(20, 0, 1, E::Established, 0, A),
+            call(
+                20,
+                0,
+                Call::Post {
+                    qpn: 17,
+                    op: Op::Send,
+                    n: 1,
+                },
+                0,
+            ),
+            posted(20, 0, 2, Queue::Send, false),
+            event(30, 1, 2, E::Established, 0, B),
+            done(30, 1, 1, Queue::Recv, ok, true),
+            done(40, 0, 2, Queue::Send, ok, true),
+            call(50, 0, Call::Disconnect { id: 1 }, 0),
+            at(50, 0, Record::QpErr { qpn: 17 }),
+            wire(50, 0, true, DREQ, A, B),
+            posted(51, 0, 3, Queue::Recv, true),
+            done(51, 0, 3, Queue::Recv, WcStatus::WrFlushErr, true),
+            wire(60, 1, false, DREQ, A, B),
+            event(60, 1, 2, E::Disconnected, 0, B),
+            call(60, 1, Call::Disconnect { id: 2 }, 0),
+            at(60, 1, Record::QpErr { qpn: 17 }),
+            done(60, 1, 4, Queue::Recv, WcStatus::WrFlushErr, true),
+            wire(60, 1, true, DREP, B, A),
+            wire(70, 0, false, DREP, B, A),
+            event(70, 0, 1, E::Disconnected, 0, A),
+            event(70 + TW / 1000, 0, 1, E::TimewaitExit, 0, A),
+            event(60 + TW / 1000, 1, 2, E::TimewaitExit, 0, B),
+        ]
+    }
+
+    fn history(entries: Vec<Entry>) -> History {
+        History {
+            entries,
+            rc_packets: vec![0, 0],
+            quiescent: true,
+            healed_at: Some(SimTime::ZERO),
+            deaf: vec![false, false],
+        }
+    }
+
+    fn broken(entries: Vec<Entry>) -> Vec<Invariant> {
+        check(&history(entries))
+            .iter()
+            .map(|v| v.invariant)
+            .collect()
+    }
+
+    fn without(mut e: Vec<Entry>, pred: impl Fn(&Entry) -> bool) -> Vec<Entry> {
+        let n = e.len();
+        e.retain(|x| !pred(x));
+        assert_eq!(e.len() + 1, n, "exactly one record removed");
+        e
+    }
+
+    fn is_event(e: &Entry, host: u8, kind: E) -> bool {
+        e.host == host && matches!(e.rec, Record::Event { event, .. } if event == kind)
+    }
+
+    #[test]
+    fn orderly_history_passes_and_reaches_no_rare_situation_but_wr_after_err() {
+        let (v, s) = check_with_sometimes(&history(orderly()));
+        assert!(v.is_empty(), "{v:?}");
+        assert!(s.wr_posted_after_err);
+        assert!(!s.dreqs_crossed && !s.drep_lost && !s.dreq_retries_exhausted);
+    }
+
+    #[test]
+    fn s1_second_disconnected_is_a_violation() {
+        let mut h = orderly();
+        h.insert(20, event(61, 1, 2, E::Disconnected, 0, B));
+        assert!(broken(h).contains(&Invariant::S1));
+    }
+
+    #[test]
+    fn s1_timewait_exit_before_the_timewait_delay_is_a_violation() {
+        let mut h = orderly();
+        let last = h.len() - 1;
+        h[last] = event(61, 1, 2, E::TimewaitExit, 0, B);
+        assert_eq!(broken(h), [Invariant::S1]);
+    }
+
+    #[test]
+    fn s2_wr_never_completed_at_quiescence_is_a_violation() {
+        let h = without(orderly(), |e| {
+            matches!(e.rec, Record::Completion { wr_id: 4, .. })
+        });
+        assert_eq!(broken(h), [Invariant::S2]);
+    }
+
+    #[test]
+    fn s2_wr_completed_twice_is_a_violation() {
+        let mut h = orderly();
+        h.insert(13, done(41, 0, 2, Queue::Send, WcStatus::Success, true));
+        assert!(broken(h).contains(&Invariant::S2));
+    }
+
+    #[test]
+    fn s3_completions_out_of_post_order_is_a_violation() {
+        let mut h = orderly();
+        // WR 4 (posted after WR 1 on the same receive queue) completes first.
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 4, .. }))
+            .unwrap();
+        let wr4 = h.remove(i);
+        h.insert(
+            11,
+            Entry {
+                at: SimTime(25_000),
+                ..wr4
+            },
+        );
+        let mut w4 = h[11];
+        if let Record::Completion { ref mut status, .. } = w4.rec {
+            *status = WcStatus::Success;
+        }
+        h[11] = w4;
+        assert_eq!(broken(h), [Invariant::S3]);
+    }
+
+    #[test]
+    fn s4_success_on_a_qp_seen_in_err_is_a_violation() {
+        let mut h = orderly();
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 3, .. }))
+            .unwrap();
+        h[i] = done(51, 0, 3, Queue::Recv, WcStatus::Success, true);
+        assert!(broken(h).contains(&Invariant::S4));
+    }
+
+    #[test]
+    fn s5_disconnected_0_without_drep_or_dreq_received_is_a_violation() {
+        let h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. })
+        });
+        assert!(broken(h).contains(&Invariant::S5));
+    }
+
+    #[test]
+    fn s5_minus_110_before_the_retries_ran_out_is_a_violation() {
+        let mut h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::Wire { tx: false, .. })
+        });
+        let i = h
+            .iter()
+            .position(|e| is_event(e, 0, E::Disconnected))
+            .unwrap();
+        h[i] = event(70, 0, 1, E::Disconnected, -110, A);
+        assert_eq!(broken(h), [Invariant::S5]);
+    }
+
+    #[test]
+    fn s6_successful_receive_with_other_bytes_is_a_violation() {
+        let mut h = orderly();
+        let i = h
+            .iter()
+            .position(|e| matches!(e.rec, Record::Completion { wr_id: 1, .. }))
+            .unwrap();
+        h[i] = done(30, 1, 1, Queue::Recv, WcStatus::Success, false);
+        assert_eq!(broken(h), [Invariant::S6]);
+    }
+
+    #[test]
+    fn s7_disconnect_of_a_connected_id_returning_einval_is_a_violation() {
+        let mut h = orderly();
+        let i = h
+            .iter()
+            .position(|e| {
+                matches!(
+                    e.rec,
+                    Record::Call {
+                        call: Call::Disconnect { id: 1 },
+                        ..
+                    }
+                )
+            })
+            .unwrap();
+        h[i] = call(50, 0, Call::Disconnect { id: 1 }, 22);
+        assert!(broken(h).contains(&Invariant::S7));
+    }
+
+    #[test]
+    fn s7_disconnect_returning_0_must_move_the_qp_to_err() {
+        let h = without(orderly(), |e| {
+            e.host == 0 && matches!(e.rec, Record::QpErr { .. })
+        });
+        let h = without(h, |e| matches!(e.rec, Record::Posted { wr_id: 3, .. }));
+        let h = without(h, |e| matches!(e.rec, Record::Completion { wr_id: 3, .. }));
+        assert_eq!(broken(h), [Invariant::S7]);
+    }
+
+    #[test]
+    fn s7_destroy_with_an_unacked_event_must_return_ebusy() {
+        let mut h = orderly();
+        h.push(call(200_000, 1, Call::Destroy { id: 2 }, 0));
+        assert_eq!(broken(h), [Invariant::S7]);
+        let mut h = orderly();
+        h.push(call(200_000, 1, Call::Destroy { id: 2 }, 16));
+        assert_eq!(broken(h), []);
+    }
+
+    #[test]
+    fn s7_send_before_rts_must_be_einval() {
+        let mut h = orderly();
+        h.insert(
+            3,
+            call(
+                1,
+                0,
+                Call::Post {
+                    qpn: 17,
+                    op: Op::Send,
+                    n: 1,
+                },
+                0,
+            ),
+        );
+        assert_eq!(broken(h), [Invariant::S7]);
+    }
+
+    #[test]
+    fn l1_disconnect_without_disconnected_is_a_violation() {
+        let h = without(orderly(), |e| is_event(e, 0, E::TimewaitExit));
+        let h = without(h, |e| is_event(e, 0, E::Disconnected));
+        // The peer processed the DREQ, so the initiator's missing DISCONNECTED is also L2.
+        assert_eq!(broken(h), [Invariant::L1, Invariant::L2]);
+    }
+
+    #[test]
+    fn l2_peer_that_answered_without_disconnected_is_a_violation() {
+        let h = without(orderly(), |e| is_event(e, 1, E::TimewaitExit));
+        let h = without(h, |e| is_event(e, 1, E::Disconnected));
+        assert!(broken(h).contains(&Invariant::L2));
+    }
+
+    #[test]
+    fn l3_missing_timewait_exit_is_a_violation() {
+        let h = without(orderly(), |e| is_event(e, 0, E::TimewaitExit));
+        assert_eq!(broken(h), [Invariant::L3]);
+    }
+
+    #[test]
+    fn l3_not_quiescent_after_healing_is_a_violation() {
+        let mut h = history(orderly());
+        h.quiescent = false;
+        let v: Vec<Invariant> = check(&h).iter().map(|v| v.invariant).collect();
+        assert_eq!(v, [Invariant::L3]);
+    }
+
+    #[test]
+    fn violation_display_names_invariant_host_time_and_records() {
+        let h = without(orderly(), |e| is_event(e, 0, E::TimewaitExit));
+        let mut h = h;
+        h.insert(20, event(61, 1, 2, E::Disconnected, 0, B));
+        let v = check(&history(h));
+        let s = v[0].to_string();
+        assert!(s.starts_with("S1 violated on host 1 at 61 µs"), "{s}");
+        assert!(s.contains("event Disconnected id 2"), "{s}");
+    }
+}

@@ -1,0 +1,2068 @@
+//! [`World`]: N simulated hosts (a [`SimDevice`] in a [`SimNic`] plus its [`RdmaCm`], i.e. a
+//! [`Host`]) on the deterministic [`Simulation`]/[`SimFabric`], an application on each host, and
+//! the [`History`] the [oracle](crate::oracle) checks.
+//!
+//! The application of each host reads its CM events and polls its CQs after **every**
+//! simulation event, so the recorded virtual times are the times at which things happened
+//! (TESTING.md, "The history and the oracle"). What is recorded, per host, append-only:
+//!
+//! * every API call the World makes on the application's behalf, with its errno
+//!   ([`Record::Call`]), and every WR a post accepted ([`Record::Posted`]);
+//! * every work completion ([`Record::Completion`]), with the S6 data check already done: a
+//!   SEND/WRITE payload is 8 bytes of `wr_id` then bytes derived from `(seed, wr_id)`
+//!   ([`payload_byte`]); a READ reads the peer's READ region, filled from `(seed, host)`;
+//! * every CM event read ([`Record::Event`]), with the id's local comm ID and TimeWait;
+//! * every QP the application sees move to ERR ([`Record::QpErr`]);
+//! * every CM MAD sent or received ([`Record::Wire`]): attribute, comm IDs, REJ reason. They
+//!   are read from the raw datagram in the host's [`Endpoint`] wrapper (a few byte loads, no
+//!   decode); RC packets are only counted ([`History::rc_packets`]);
+//! * faults ([`Record::Fault`]): the fabric's drops (with reason) and duplicates, read
+//!   incrementally from the fabric trace and matched to the datagram by the sender's send
+//!   order; crashes and restarts.
+//!
+//! Nothing is formatted while running: records are small `Copy` enums; text is made only on
+//! replay ([`Entry`]'s `Display`).
+//!
+//! A deterministic test in a few lines:
+//!
+//! ```
+//! use rnic_testbed::world::{World, WorldConfig};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut w = World::new(WorldConfig::two_hosts(42))?;
+//! let c = w.establish(0, 1)?;
+//! w.post_recvs(c.passive, 4);
+//! w.disconnect(c.active)?;
+//! w.run_to_quiescence();
+//! w.check()?; // teardown, then S1–S7 over the history
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The [`Simulation`] and every [`Host`] stay reachable ([`World::sim_mut`],
+//! [`World::host_mut`]) for what the convenience calls do not cover.
+
+use crate::host::Host;
+use crate::oracle::{self, Violation};
+use bytes::Bytes;
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
+use cm_core::engine::{CmConfig, IbCmId};
+use cm_core::wire::RdmaPortSpace;
+use rnic_sim::fabric::{
+    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, PathFaults, SimFabric, Simulation,
+};
+use rnic_sim::nic::{Captured, SimNic};
+use rnic_sim::rng::Rng;
+use rnic_sim::{SimDevice, SimDeviceConfig, GSI_QPN};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use verbs_core::{
+    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
+pub const CM_PORT: u16 = 7471;
+/// Bytes of one WR buffer slot in a host's memory region.
+pub const SLOT_BYTES: u64 = 128;
+/// Slots per region (send, receive, READ source, READ/WRITE destination).
+pub const SLOTS: u64 = 32;
+const SEND_OFF: u64 = 0;
+const RECV_OFF: u64 = SLOT_BYTES * SLOTS;
+const READ_SRC_OFF: u64 = 2 * SLOT_BYTES * SLOTS;
+const DST_OFF: u64 = 3 * SLOT_BYTES * SLOTS;
+const MR_BYTES: u64 = 4 * SLOT_BYTES * SLOTS;
+/// 1 ms in ns.
+const MS: u64 = 1_000_000;
+
+/// Host `h`'s IPv4 address: 10.0.0.(h+1).
+pub fn host_ip(h: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, (h as u8).wrapping_add(1)))
+}
+
+/// Word `k` (bytes `8k..8k+8`, little-endian) of the S6 data pattern of stream `(seed, tag)`:
+/// SplitMix64's finaliser of the three. `tag` is a WR id for SEND/WRITE payloads and
+/// `1 << 63 | host` for a host's READ region.
+pub fn payload_word(seed: u64, tag: u64, k: u64) -> u64 {
+    let mut z =
+        seed ^ tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Byte `i` of the S6 data pattern of stream `(seed, tag)` (see [`payload_word`]).
+pub fn payload_byte(seed: u64, tag: u64, i: u64) -> u8 {
+    (payload_word(seed, tag, i >> 3) >> ((i & 7) * 8)) as u8
+}
+
+/// Fills `buf` with the pattern of `(seed, tag)` starting at pattern byte `start` (a multiple
+/// of 8), a word at a time.
+fn fill_pattern(seed: u64, tag: u64, start: u64, buf: &mut [u8]) {
+    for (k, chunk) in buf.chunks_mut(8).enumerate() {
+        let w = payload_word(seed, tag, (start >> 3) + k as u64).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+}
+
+/// Whether `got` equals the pattern of `(seed, tag)` from pattern byte `base + skip` on (`base`
+/// a multiple of 8).
+fn matches_pattern(seed: u64, tag: u64, base: u64, got: &[u8], skip: usize) -> bool {
+    let mut want = [0u8; SLOT_BYTES as usize + 8];
+    let n = got.len() + skip;
+    if n > want.len() {
+        return false;
+    }
+    fill_pattern(seed, tag, base, &mut want[..n]);
+    want[skip..n] == *got
+}
+
+/// Configuration of a [`World`].
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    /// Number of hosts (1..=250); host `h` is at [`host_ip`]`(h)`.
+    pub hosts: usize,
+    /// The one seed: the fabric's fault stream, each host's CM seed and the data pattern are
+    /// [`Rng::fork`]s of it.
+    pub seed: u64,
+    /// The network's faults (the World adds crashes to it).
+    pub faults: FaultPlan,
+    /// Short CM timers (packet lifetime 10, response timeout 10: DREQ timeout 12 ms, TimeWait
+    /// 128 ms, cm-spec §3.2) instead of Linux's defaults (4608 ms, 512 ms).
+    pub fast_timers: bool,
+    /// Keep the NICs' packet captures (for [`World::captures`], pcap output). Slower.
+    pub capture: bool,
+    /// `rnr_retry_count` of connect/accept (0–7; 7 = retry RNR NAKs forever, as rdma_cm's
+    /// default users set it).
+    pub rnr_retry: u8,
+}
+
+impl WorldConfig {
+    /// Two hosts, a perfect network, Linux's default timers, no capture.
+    pub fn two_hosts(seed: u64) -> Self {
+        WorldConfig {
+            hosts: 2,
+            seed,
+            faults: FaultPlan::new(PathFaults::perfect()),
+            fast_timers: false,
+            capture: false,
+            rnr_retry: 7,
+        }
+    }
+
+    /// The same with [`fast_timers`](Self::fast_timers) on.
+    pub fn fast(mut self) -> Self {
+        self.fast_timers = true;
+        self
+    }
+
+    /// Host `h`'s CM configuration in life `epoch` (a restart with amnesia gets a new seed but
+    /// the same CA GUID).
+    pub fn cm_config(&self, h: usize, epoch: u8) -> CmConfig {
+        let rng = Rng::new(self.seed).fork(0x686f_7374).fork(h as u64);
+        let base = CmConfig {
+            ca_guid: 0x0002_c903_0000_0000 | (h as u64 + 1),
+            seed: rng.fork(u64::from(epoch)).key(),
+            ..CmConfig::default()
+        };
+        if self.fast_timers {
+            CmConfig {
+                packet_life_time: 10,
+                cm_response_timeout: 10,
+                ..base
+            }
+        } else {
+            base
+        }
+    }
+}
+
+/// A send or receive queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Queue {
+    /// The send queue.
+    Send,
+    /// The receive queue.
+    Recv,
+}
+
+/// The operation of a posted WR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// `IBV_WR_SEND` (signaled).
+    Send,
+    /// `IBV_WR_RDMA_WRITE` into the peer's destination region (signaled).
+    Write,
+    /// `IBV_WR_RDMA_READ` of the peer's READ region (signaled).
+    Read,
+    /// A receive.
+    Recv,
+}
+
+/// An API call the World made, with its target (CM id or QPN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// `rdma_create_id` + `rdma_bind_addr` + `rdma_listen` on id `id`.
+    Listen {
+        /// The listening id.
+        id: u32,
+    },
+    /// `rdma_create_id` + resolve + `rdma_create_qp` + `rdma_connect` on id `id` to `to`.
+    Connect {
+        /// The active id.
+        id: u32,
+        /// The passive host.
+        to: u8,
+        /// The id's QPN.
+        qpn: u32,
+    },
+    /// `rdma_create_qp` + `rdma_accept` of passive id `id`.
+    Accept {
+        /// The passive id.
+        id: u32,
+        /// The id's QPN.
+        qpn: u32,
+    },
+    /// `rdma_reject` of passive id `id`.
+    Reject {
+        /// The passive id.
+        id: u32,
+    },
+    /// `rdma_disconnect(id)`.
+    Disconnect {
+        /// The id.
+        id: u32,
+    },
+    /// `rdma_destroy_id(id)`.
+    Destroy {
+        /// The id.
+        id: u32,
+    },
+    /// `rdma_ack_cm_event` of an event of id `id`.
+    Ack {
+        /// The id of the acked event.
+        id: u32,
+        /// Its type.
+        event: CmEventType,
+    },
+    /// `ibv_post_send`/`ibv_post_recv` of `n` WRs of `op` on QP `qpn`.
+    Post {
+        /// The QP.
+        qpn: u32,
+        /// The operation.
+        op: Op,
+        /// WRs in the call.
+        n: u32,
+    },
+    /// `ibv_modify_qp(qpn, ERR)`: the application's verbs teardown.
+    QpToErr {
+        /// The QP.
+        qpn: u32,
+    },
+}
+
+/// A fault the network or the World injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The fabric dropped a datagram this host sent.
+    Dropped {
+        /// Why.
+        reason: DropReason,
+        /// What it was.
+        msg: WireMsg,
+    },
+    /// The fabric delivers a datagram this host sent twice.
+    Duplicated {
+        /// What it was.
+        msg: WireMsg,
+    },
+    /// A datagram arrived at this host corrupted and its NIC dropped it (bad ICRC or
+    /// undecodable: counted, never a panic); `msg` is what the damaged bytes read as.
+    Corrupted {
+        /// What it was (as read from the damaged bytes).
+        msg: WireMsg,
+    },
+    /// The host crashed; it comes back with amnesia at `restart_ns` (virtual ns), or never
+    /// (`None`).
+    Crash {
+        /// Restart time in ns.
+        restart_ns: Option<u64>,
+    },
+}
+
+/// A datagram as the history keeps it: the CM attribute and key fields of a MAD, or attribute
+/// 0 for any other (RC) packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WireMsg {
+    /// CM attribute ID (REQ 0x10 … DREP 0x16, cm-spec §2.1); 0 for RC packets.
+    pub attr: u16,
+    /// Local Comm ID (bytes 0..4 of the CM message).
+    pub local_comm_id: u32,
+    /// Remote Comm ID (bytes 4..8; reserved 0 in a REQ).
+    pub remote_comm_id: u32,
+    /// The REJ reason (REJ bytes 10..12), 0 otherwise.
+    pub reason: u16,
+}
+
+impl WireMsg {
+    /// Reads a RoCEv2 UDP payload: BTH (12 bytes; dest QP in bytes 5..8) then, for QP1,
+    /// DETH (8) and the MAD (header 24 bytes, attribute ID at 16..18), cm-spec §1.2–§1.4.
+    pub fn parse(bytes: &[u8]) -> WireMsg {
+        let be16 = |o: usize| {
+            bytes
+                .get(o..o + 2)
+                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+        };
+        let be32 = |o: usize| {
+            bytes
+                .get(o..o + 4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let dqp = be32(4) & 0x00ff_ffff;
+        if dqp != GSI_QPN {
+            return WireMsg::default();
+        }
+        const MAD: usize = 20;
+        const DATA: usize = MAD + 24;
+        let attr = be16(MAD + 16);
+        WireMsg {
+            attr,
+            local_comm_id: be32(DATA),
+            remote_comm_id: be32(DATA + 4),
+            reason: if attr == cm_core::wire::CM_REJ_ATTR_ID {
+                be16(DATA + 10)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The IBTA name of the attribute (`"RC"` for 0).
+    pub fn name(&self) -> &'static str {
+        attr_name(self.attr)
+    }
+}
+
+/// The IBTA name of CM attribute `attr` (cm-spec §2.1), `"RC"` for 0.
+pub fn attr_name(attr: u16) -> &'static str {
+    match attr {
+        0 => "RC",
+        0x10 => "REQ",
+        0x11 => "MRA",
+        0x12 => "REJ",
+        0x13 => "REP",
+        0x14 => "RTU",
+        0x15 => "DREQ",
+        0x16 => "DREP",
+        0x17 => "SIDR_REQ",
+        0x18 => "SIDR_REP",
+        0x19 => "LAP",
+        0x1a => "APR",
+        _ => "MAD?",
+    }
+}
+
+/// One history record (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// The host (re)started: life `epoch` of the entry begins, with this CM retry budget.
+    Boot {
+        /// `max_cm_retries` of the host's CM (DREQ sends = 1 + this, cm-spec §3.2).
+        max_cm_retries: u8,
+    },
+    /// An API call and its result: 0 or the errno (positive, rdma-core's value).
+    Call {
+        /// What was called.
+        call: Call,
+        /// 0 on success, else the errno.
+        errno: i32,
+    },
+    /// A WR a post accepted.
+    Posted {
+        /// The QP.
+        qpn: u32,
+        /// Its `wr_id` (unique in the World).
+        wr_id: u64,
+        /// The queue.
+        queue: Queue,
+        /// The operation.
+        op: Op,
+        /// Bytes.
+        len: u32,
+        /// The QP was in ERR (as the application last saw it) when posted.
+        qp_err: bool,
+    },
+    /// A work completion the application polled.
+    Completion {
+        /// Local QPN.
+        qpn: u32,
+        /// Its `wr_id`.
+        wr_id: u64,
+        /// The queue it came from.
+        queue: Queue,
+        /// Opcode (valid on success).
+        opcode: WcOpcode,
+        /// Status.
+        status: WcStatus,
+        /// Bytes (valid on success).
+        byte_len: u32,
+        /// S6: the data at the destination is the data posted (true when not applicable).
+        data_ok: bool,
+    },
+    /// A CM event the application read.
+    Event {
+        /// The id (CONNECT_REQUEST: the new passive id).
+        id: u32,
+        /// The type.
+        event: CmEventType,
+        /// 0, −errno or a REJ reason (cm-spec §4.7).
+        status: i32,
+        /// The id's Local Comm ID when the event was read (0 if none).
+        comm_id: u32,
+        /// For DISCONNECTED: the TimeWait of the id's QP, `ms(timeout)` in ns (cm-spec §3.2).
+        timewait_ns: u64,
+    },
+    /// The application saw QP `qpn` in ERR (first time).
+    QpErr {
+        /// The QP.
+        qpn: u32,
+    },
+    /// A CM MAD the host's NIC sent (`tx`) or received.
+    Wire {
+        /// Sent (true) or received.
+        tx: bool,
+        /// The other host (destination if sent, source if received).
+        peer: u8,
+        /// The message.
+        msg: WireMsg,
+    },
+    /// A fault.
+    Fault(Fault),
+}
+
+/// A record with its virtual time, host and host life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Virtual time.
+    pub at: SimTime,
+    /// Host index.
+    pub host: u8,
+    /// The host's life (0, +1 per restart with amnesia).
+    pub epoch: u8,
+    /// What happened.
+    pub rec: Record,
+}
+
+/// The recorded history of a World: every host's records in one append-only list, in
+/// recording order (non-decreasing time).
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// The records.
+    pub entries: Vec<Entry>,
+    /// Per host: RC (non-MAD) datagrams sent.
+    pub rc_packets: Vec<u64>,
+    /// Whether the World reached quiescence at the end (no datagram in flight, no timer).
+    pub quiescent: bool,
+    /// The time from which the network was healed (liveness checks apply), if it was.
+    pub healed_at: Option<SimTime>,
+    /// Hosts whose application never reads CM events (the oracle skips their event checks).
+    pub deaf: Vec<bool>,
+}
+
+impl History {
+    /// The records of host `h`.
+    pub fn of_host(&self, h: usize) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .filter(move |e| usize::from(e.host) == h)
+    }
+
+    /// [`WordHash`] over the canonical integer encoding of every record: platform
+    /// independent, no formatting, no pointers.
+    pub fn hash(&self) -> u64 {
+        let mut h = WordHash::new();
+        for e in &self.entries {
+            hash_entry(&mut h, e);
+        }
+        for &n in &self.rc_packets {
+            h.write_u64(n);
+        }
+        h.write_u8(u8::from(self.quiescent));
+        h.write_u64(self.healed_at.map_or(u64::MAX, |t| t.as_nanos()));
+        h.finish()
+    }
+}
+
+/// The history's hash: a word-at-a-time multiply-rotate mix over little-endian integers
+/// (platform independent, not cryptographic), ~8× cheaper than byte-wise FNV-1a.
+#[derive(Debug, Clone, Copy)]
+pub struct WordHash(u64);
+
+impl WordHash {
+    /// The initial state (the FNV-1a offset basis, for want of a better constant).
+    pub fn new() -> Self {
+        WordHash(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// Mixes in `v`.
+    pub fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    /// Mixes in `v`.
+    pub fn write_u16(&mut self, v: u16) {
+        self.write_u64(u64::from(v));
+    }
+
+    /// Mixes in `v`.
+    pub fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+
+    /// The hash (a final avalanche of the state).
+    pub fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+impl Default for WordHash {
+    fn default() -> Self {
+        WordHash::new()
+    }
+}
+
+fn hash_wire(h: &mut WordHash, m: &WireMsg) {
+    h.write_u16(m.attr);
+    h.write_u64(u64::from(m.local_comm_id) << 32 | u64::from(m.remote_comm_id));
+    h.write_u16(m.reason);
+}
+
+fn hash_entry(h: &mut WordHash, e: &Entry) {
+    h.write_u64(e.at.as_nanos());
+    h.write_u8(e.host);
+    h.write_u8(e.epoch);
+    match e.rec {
+        Record::Boot { max_cm_retries } => {
+            h.write_u8(1);
+            h.write_u8(max_cm_retries);
+        }
+        Record::Call { call, errno } => {
+            h.write_u8(2);
+            let (tag, a, b) = match call {
+                Call::Listen { id } => (1, id, 0),
+                Call::Connect { id, to, qpn } => (2, id, qpn | u32::from(to) << 24),
+                Call::Accept { id, qpn } => (3, id, qpn),
+                Call::Reject { id } => (4, id, 0),
+                Call::Disconnect { id } => (5, id, 0),
+                Call::Destroy { id } => (6, id, 0),
+                Call::Ack { id, event } => (7, id, event as u32),
+                Call::Post { qpn, op, n } => (8, qpn, n << 4 | op as u32),
+                Call::QpToErr { qpn } => (9, qpn, 0),
+            };
+            h.write_u8(tag);
+            h.write_u64(u64::from(a) << 32 | u64::from(b));
+            h.write_u64(errno as u64);
+        }
+        Record::Posted {
+            qpn,
+            wr_id,
+            queue,
+            op,
+            len,
+            qp_err,
+        } => {
+            h.write_u8(3);
+            h.write_u64(u64::from(qpn) << 32 | u64::from(len));
+            h.write_u64(wr_id);
+            h.write_u8(queue as u8 | (op as u8) << 2 | u8::from(qp_err) << 5);
+        }
+        Record::Completion {
+            qpn,
+            wr_id,
+            queue,
+            opcode,
+            status,
+            byte_len,
+            data_ok,
+        } => {
+            h.write_u8(4);
+            h.write_u64(u64::from(qpn) << 32 | u64::from(byte_len));
+            h.write_u64(wr_id);
+            h.write_u8(queue as u8 | u8::from(data_ok) << 1);
+            h.write_u16(opcode as u16);
+            h.write_u16(status as u16);
+        }
+        Record::Event {
+            id,
+            event,
+            status,
+            comm_id,
+            timewait_ns,
+        } => {
+            h.write_u8(5);
+            h.write_u64(u64::from(id) << 32 | u64::from(comm_id));
+            h.write_u8(event as u8);
+            h.write_u64(status as u64);
+            h.write_u64(timewait_ns);
+        }
+        Record::QpErr { qpn } => {
+            h.write_u8(6);
+            h.write_u64(u64::from(qpn));
+        }
+        Record::Wire { tx, peer, msg } => {
+            h.write_u8(7);
+            h.write_u8(u8::from(tx));
+            h.write_u8(peer);
+            hash_wire(h, &msg);
+        }
+        Record::Fault(f) => {
+            h.write_u8(8);
+            match f {
+                Fault::Dropped { reason, msg } => {
+                    h.write_u8(1);
+                    h.write_u8(reason as u8);
+                    hash_wire(h, &msg);
+                }
+                Fault::Duplicated { msg } => {
+                    h.write_u8(2);
+                    hash_wire(h, &msg);
+                }
+                Fault::Corrupted { msg } => {
+                    h.write_u8(4);
+                    hash_wire(h, &msg);
+                }
+                Fault::Crash { restart_ns } => {
+                    h.write_u8(3);
+                    h.write_u64(restart_ns.map_or(u64::MAX, |t| t));
+                }
+            }
+        }
+    }
+}
+
+fn errno_name(e: i32) -> String {
+    match e {
+        0 => "0".into(),
+        22 => "EINVAL".into(),
+        16 => "EBUSY".into(),
+        _ => format!("errno {e}"),
+    }
+}
+
+impl fmt::Display for Entry {
+    /// One line: time in µs, host.life, what happened.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = self.at.as_nanos() as f64 / 1000.0;
+        write!(f, "{us:>14.3}µs host {}.{} ", self.host, self.epoch)?;
+        match self.rec {
+            Record::Boot { max_cm_retries } => write!(f, "boot (max_cm_retries {max_cm_retries})"),
+            Record::Call { call, errno } => write!(f, "call {call:?} -> {}", errno_name(errno)),
+            Record::Posted {
+                qpn,
+                wr_id,
+                op,
+                len,
+                qp_err,
+                ..
+            } => write!(
+                f,
+                "post {op:?} wr {wr_id} on QP {qpn:#x}, {len} B{}",
+                if qp_err { " (QP in ERR)" } else { "" }
+            ),
+            Record::Completion {
+                qpn,
+                wr_id,
+                queue,
+                opcode,
+                status,
+                byte_len,
+                data_ok,
+            } => write!(
+                f,
+                "wc {queue:?} wr {wr_id} QP {qpn:#x} {status:?} {opcode:?} {byte_len} B{}",
+                if data_ok { "" } else { " DATA MISMATCH" }
+            ),
+            Record::Event {
+                id,
+                event,
+                status,
+                comm_id,
+                ..
+            } => write!(
+                f,
+                "event {event:?} id {id} status {status} comm {comm_id:#010x}"
+            ),
+            Record::QpErr { qpn } => write!(f, "QP {qpn:#x} in ERR"),
+            Record::Wire { tx, peer, msg } => write!(
+                f,
+                "{} {} {} host {peer} local {:#010x} remote {:#010x}{}",
+                if tx { "sent" } else { "recv" },
+                msg.name(),
+                if tx { "to" } else { "from" },
+                msg.local_comm_id,
+                msg.remote_comm_id,
+                if msg.reason != 0 {
+                    format!(" reason {}", msg.reason)
+                } else {
+                    String::new()
+                }
+            ),
+            Record::Fault(Fault::Dropped { reason, msg }) => {
+                write!(f, "fault: {} dropped ({})", msg.name(), reason.name())
+            }
+            Record::Fault(Fault::Duplicated { msg }) => {
+                write!(f, "fault: {} duplicated", msg.name())
+            }
+            Record::Fault(Fault::Corrupted { msg }) => {
+                write!(
+                    f,
+                    "fault: {} arrived corrupted, dropped by the NIC",
+                    msg.name()
+                )
+            }
+            Record::Fault(Fault::Crash { restart_ns }) => match restart_ns {
+                Some(t) => write!(f, "fault: crash, restart with amnesia at {} µs", t / 1000),
+                None => write!(f, "fault: crash for good"),
+            },
+        }
+    }
+}
+
+/// A host as a fabric endpoint: the [`Host`] plus the cheap wire tap (see the module docs).
+#[derive(Debug)]
+pub struct Node {
+    host: Host,
+    /// (time, direction, other host, message) since the World last drained it.
+    wire: Vec<(SimTime, Dir, u8, WireMsg)>,
+}
+
+/// What the wire tap saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Tx,
+    Rx,
+    /// Received, and dropped by the NIC as undecodable.
+    RxDropped,
+}
+
+impl Node {
+    /// The host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The host, mutably.
+    pub fn host_mut(&mut self) -> &mut Host {
+        &mut self.host
+    }
+}
+
+impl Endpoint for Node {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        let msg = WireMsg::parse(&bytes);
+        let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
+        self.host.handle_datagram(now, src, bytes);
+        let dropped = self.host.nic().datagram_counters().rx_decode_errors != bad_before;
+        if msg.attr != 0 || dropped {
+            let dir = if dropped { Dir::RxDropped } else { Dir::Rx };
+            self.wire.push((now, dir, host_index(src.ip()) as u8, msg));
+        }
+    }
+
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        let (dst, bytes) = self.host.poll_transmit(now)?;
+        self.wire.push((
+            now,
+            Dir::Tx,
+            host_index(dst.ip()) as u8,
+            WireMsg::parse(&bytes),
+        ));
+        Some((dst, bytes))
+    }
+
+    fn poll_timeout(&self) -> Option<SimTime> {
+        self.host.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: SimTime) {
+        self.host.handle_timeout(now)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.host.addr()
+    }
+}
+
+/// How a host's application treats its CM events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventMode {
+    /// Reads every event at once and acks it at once.
+    AckAtOnce,
+    /// Reads at once, acks `ns` later (destroy meanwhile returns EBUSY).
+    AckAfter(u64),
+    /// Reads, never acks.
+    NeverAck,
+    /// Never reads events (they stay queued; not recorded).
+    NeverRead,
+}
+
+/// One end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct End {
+    /// Host index.
+    pub host: usize,
+    /// The host's life the end belongs to.
+    pub epoch: u8,
+    /// The rdma_cm id.
+    pub id: CmIdHandle,
+    /// Its QP.
+    pub qp: Qp,
+    /// The peer host (for RDMA READ/WRITE targets).
+    pub peer: usize,
+}
+
+/// A connection: the end that called connect and the end that accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conn {
+    /// The active end.
+    pub active: End,
+    /// The passive end.
+    pub passive: End,
+}
+
+/// Errors of the World's convenience calls.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    /// A verbs or rdma_cm call failed.
+    #[error("{0}")]
+    Verbs(#[from] Error),
+    /// The awaited event did not come before quiescence or the time limit.
+    #[error("host {host}: no {what} by {at}")]
+    Timeout {
+        /// The host waited on.
+        host: usize,
+        /// What was awaited.
+        what: String,
+        /// When the World gave up.
+        at: SimTime,
+    },
+    /// No such host.
+    #[error("no host {0}")]
+    NoHost(usize),
+}
+
+/// The oracle's verdict as an error (`w.check()?`).
+#[derive(Debug)]
+pub struct Violations(pub Vec<Violation>);
+
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for v in &self.0 {
+            writeln!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Violations {}
+
+/// The application's objects on one host.
+#[derive(Debug, Clone, Copy)]
+struct App {
+    ch: EventChannel,
+    pd: PdHandle,
+    mr: Mr,
+    send_cq: CqHandle,
+    recv_cq: CqHandle,
+    epoch: u8,
+    mode: EventMode,
+    listen: Option<CmIdHandle>,
+}
+
+/// A WR not yet completed: what to check when it does.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    op: Op,
+    off: u64,
+    len: u32,
+    peer: usize,
+    epoch: u8,
+    peer_epoch: u8,
+}
+
+/// How long [`World::run_to_quiescence`] may run past now before giving up: 400 s of virtual
+/// time (the default DREQ give-up is ~74 s, TimeWait 0.5 s).
+pub const QUIESCE_LIMIT_NS: u64 = 400_000 * MS;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct World {
+    sim: Simulation<Node>,
+    cfg: WorldConfig,
+    apps: Vec<App>,
+    history: History,
+    /// (host, epoch, QP, seen in ERR).
+    qps: Vec<(usize, u8, Qp, bool)>,
+    /// Per host: every datagram it sent, in order (to name the fabric's drops).
+    tx_meta: Vec<Vec<WireMsg>>,
+    /// Per host: how many of its Sent events of the fabric trace were matched.
+    tx_matched: Vec<usize>,
+    /// Packet id → (sender, message) for packets seen in the trace.
+    packets: Vec<(u8, WireMsg)>,
+    trace_cursor: usize,
+    pending: BTreeMap<u64, Pending>,
+    acks: Vec<(SimTime, usize, u8, CmEvent)>,
+    next_wr: u64,
+    data_seed: u64,
+    captures: Vec<Captured>,
+    wcs: Vec<WorkCompletion>,
+}
+
+fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
+    let dev = SimDevice::new(SimDeviceConfig::new("sim", Gid::from_ip(host_ip(h))));
+    let mut nic = SimNic::at_gid(dev);
+    if cfg.capture {
+        nic.start_capture();
+    }
+    Ok(Node {
+        host: Host::new(nic, cfg.cm_config(h, epoch))?,
+        wire: Vec::new(),
+    })
+}
+
+fn errno_of<T>(r: &Result<T, Error>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.errno as i32,
+    }
+}
+
+impl World {
+    /// A World of `cfg.hosts` hosts, each with an application (event channel, PD, a 16 KiB MR
+    /// with local and remote access, a send CQ and a receive CQ).
+    ///
+    /// # Errors
+    /// A device or CM call failing (not expected on the simulated device).
+    pub fn new(cfg: WorldConfig) -> Result<World, Error> {
+        let root = Rng::new(cfg.seed);
+        let mut fabric = SimFabric::new(root.fork(0x006e_6574), cfg.faults.clone());
+        fabric.set_trace_recording(true);
+        let mut sim = Simulation::new(fabric);
+        let n = cfg.hosts;
+        for h in 0..n {
+            sim.add_endpoint(new_node(&cfg, h, 0)?)?;
+        }
+        let mut w = World {
+            sim,
+            apps: Vec::with_capacity(n),
+            history: History {
+                rc_packets: vec![0; n],
+                deaf: vec![false; n],
+                ..History::default()
+            },
+            qps: Vec::new(),
+            tx_meta: vec![Vec::new(); n],
+            tx_matched: vec![0; n],
+            packets: Vec::new(),
+            trace_cursor: 0,
+            pending: BTreeMap::new(),
+            acks: Vec::new(),
+            next_wr: 1,
+            data_seed: root.fork(0x6461_7461).key(),
+            captures: Vec::new(),
+            wcs: Vec::new(),
+            cfg,
+        };
+        for h in 0..n {
+            let app = w.create_app(h, 0)?;
+            w.apps.push(app);
+        }
+        Ok(w)
+    }
+
+    fn create_app(&mut self, h: usize, epoch: u8) -> Result<App, Error> {
+        let max_cm_retries = self.cfg.cm_config(h, epoch).max_cm_retries;
+        let node = self.node_mut(h)?;
+        let (cm, dev) = node.host.split();
+        let ch = cm.create_event_channel();
+        let pd = dev.alloc_pd()?;
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
+        let send_cq = dev.create_cq(1024, None)?;
+        let recv_cq = dev.create_cq(1024, None)?;
+        let at = self.sim.now();
+        self.push(at, h, epoch, Record::Boot { max_cm_retries });
+        Ok(App {
+            ch,
+            pd,
+            mr,
+            send_cq,
+            recv_cq,
+            epoch,
+            mode: EventMode::AckAtOnce,
+            listen: None,
+        })
+    }
+
+    fn node_mut(&mut self, h: usize) -> Result<&mut Node, Error> {
+        self.sim
+            .endpoint_mut(h)
+            .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))
+    }
+
+    fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
+        self.history.entries.push(Entry {
+            at,
+            host: h as u8,
+            epoch,
+            rec,
+        });
+    }
+
+    fn record(&mut self, h: usize, rec: Record) {
+        let (at, epoch) = (self.sim.now(), self.apps[h].epoch);
+        self.push(at, h, epoch, rec);
+    }
+
+    // ---- access for power users ----
+
+    /// The configuration.
+    pub fn config(&self) -> &WorldConfig {
+        &self.cfg
+    }
+
+    /// The simulation (fabric, endpoints, clock).
+    pub fn sim(&self) -> &Simulation<Node> {
+        &self.sim
+    }
+
+    /// The simulation, mutably: change the fault plan, drive endpoints directly. Calls made
+    /// this way are not recorded.
+    pub fn sim_mut(&mut self) -> &mut Simulation<Node> {
+        &mut self.sim
+    }
+
+    /// Host `h`.
+    pub fn host(&self, h: usize) -> Option<&Host> {
+        self.sim.endpoint(h).map(Node::host)
+    }
+
+    /// Host `h`, mutably (unrecorded calls).
+    pub fn host_mut(&mut self, h: usize) -> Option<&mut Host> {
+        self.sim.endpoint_mut(h).map(Node::host_mut)
+    }
+
+    /// The virtual clock.
+    pub fn now(&self) -> SimTime {
+        self.sim.now()
+    }
+
+    /// The history so far.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Takes the history out (the World keeps an empty one).
+    pub fn take_history(&mut self) -> History {
+        std::mem::take(&mut self.history)
+    }
+
+    /// The seed of the S6 data pattern ([`payload_byte`]).
+    pub fn data_seed(&self) -> u64 {
+        self.data_seed
+    }
+
+    /// Host `h`'s current life.
+    pub fn epoch(&self, h: usize) -> u8 {
+        self.apps.get(h).map_or(0, |a| a.epoch)
+    }
+
+    /// Whether host `h` is up now (not inside a crash window).
+    pub fn is_up(&self, h: usize) -> bool {
+        !self.sim.fabric.plan().is_down(host_ip(h), self.sim.now())
+    }
+
+    /// Sets how host `h`'s application treats CM events.
+    pub fn set_event_mode(&mut self, h: usize, mode: EventMode) {
+        if let Some(a) = self.apps.get_mut(h) {
+            a.mode = mode;
+        }
+        if let Some(d) = self.history.deaf.get_mut(h) {
+            *d = mode == EventMode::NeverRead;
+        }
+    }
+
+    /// Every datagram captured (when [`WorldConfig::capture`]): (time, flow, UDP payload),
+    /// the sends of all hosts.
+    pub fn captures(&mut self) -> &[Captured] {
+        self.observe();
+        &self.captures
+    }
+
+    /// The history's hash ([`History::hash`]) combined with the fabric's trace hash
+    /// ([`SimFabric::trace_hash`]).
+    pub fn trace_hash(&self) -> u64 {
+        let mut h = WordHash::new();
+        h.write_u64(self.history.hash());
+        h.write_u64(self.sim.fabric.trace_hash());
+        h.finish()
+    }
+
+    // ---- observation ----
+
+    /// What the applications do after every simulation event: drain the wire taps, match the
+    /// fabric's drops, read (and ack) CM events, poll CQs, note QPs in ERR.
+    fn observe(&mut self) {
+        let now = self.sim.now();
+        for h in 0..self.apps.len() {
+            self.observe_host(h, now);
+        }
+        self.match_trace();
+        self.refresh_qp_states();
+    }
+
+    fn drain_wire(&mut self, h: usize) {
+        let app = self.apps[h];
+        let Some(node) = self.sim.endpoint_mut(h) else {
+            return;
+        };
+        if self.cfg.capture {
+            for c in node.host.nic_mut().take_capture() {
+                if c.flow.src.ip() == host_ip(h) {
+                    self.captures.push(c);
+                }
+            }
+        }
+        if node.wire.is_empty() {
+            return;
+        }
+        let mut wire = std::mem::take(&mut node.wire);
+        for &(at, dir, peer, msg) in &wire {
+            match dir {
+                Dir::Tx => {
+                    self.tx_meta[h].push(msg);
+                    if msg.attr == 0 {
+                        self.history.rc_packets[h] += 1;
+                    } else {
+                        self.push(
+                            at,
+                            h,
+                            app.epoch,
+                            Record::Wire {
+                                tx: true,
+                                peer,
+                                msg,
+                            },
+                        );
+                    }
+                }
+                Dir::Rx => self.push(
+                    at,
+                    h,
+                    app.epoch,
+                    Record::Wire {
+                        tx: false,
+                        peer,
+                        msg,
+                    },
+                ),
+                Dir::RxDropped => {
+                    self.push(at, h, app.epoch, Record::Fault(Fault::Corrupted { msg }))
+                }
+            }
+        }
+        wire.clear();
+        if let Some(node) = self.sim.endpoint_mut(h) {
+            node.wire = wire;
+        }
+    }
+
+    fn observe_host(&mut self, h: usize, now: SimTime) {
+        let app = self.apps[h];
+        self.drain_wire(h);
+        // Due acks.
+        if !self.acks.is_empty() {
+            let mut i = 0;
+            while i < self.acks.len() {
+                if self.acks[i].0 <= now && self.acks[i].1 == h {
+                    let (_, _, epoch, ev) = self.acks.remove(i);
+                    if epoch == app.epoch {
+                        self.ack(h, ev);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        if app.mode != EventMode::NeverRead {
+            loop {
+                let Some(node) = self.sim.endpoint_mut(h) else {
+                    return;
+                };
+                let (cm, dev) = node.host.split();
+                // `get_cm_event` on an empty channel builds an EAGAIN error (a String): ask first.
+                if cm.pending_events(app.ch) == 0 {
+                    break;
+                }
+                let Ok(ev) = cm.get_cm_event(app.ch) else {
+                    break;
+                };
+                let comm_id = cm.engine().local_comm_id(IbCmId(ev.id.0)).unwrap_or(0);
+                let timewait_ns = if ev.event == CmEventType::Disconnected {
+                    cm.qp(ev.id)
+                        .and_then(|qp| dev.query_qp(qp.handle).ok())
+                        .map_or(0, |(a, _)| (1u64 << a.timeout.saturating_sub(8)) * MS)
+                } else {
+                    0
+                };
+                self.push(
+                    now,
+                    h,
+                    app.epoch,
+                    Record::Event {
+                        id: ev.id.0,
+                        event: ev.event,
+                        status: ev.status,
+                        comm_id,
+                        timewait_ns,
+                    },
+                );
+                match app.mode {
+                    EventMode::AckAtOnce => self.ack(h, ev),
+                    EventMode::AckAfter(d) => self.acks.push((now.plus_nanos(d), h, app.epoch, ev)),
+                    EventMode::NeverAck | EventMode::NeverRead => {}
+                }
+            }
+        }
+        self.poll_cqs(h, now);
+    }
+
+    fn ack(&mut self, h: usize, ev: CmEvent) {
+        let (id, event) = (ev.id.0, ev.event);
+        let Some(node) = self.sim.endpoint_mut(h) else {
+            return;
+        };
+        let r = node.host.split().0.ack_cm_event(ev);
+        let errno = errno_of(&r);
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Ack { id, event },
+                errno,
+            },
+        );
+    }
+
+    fn poll_cqs(&mut self, h: usize, now: SimTime) {
+        let app = self.apps[h];
+        let mut wcs = std::mem::take(&mut self.wcs);
+        for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
+            wcs.clear();
+            let Some(node) = self.sim.endpoint_mut(h) else {
+                break;
+            };
+            let dev = node.host.split().1;
+            while matches!(dev.poll_cq(cq, 64, &mut wcs), Ok(n) if n > 0) {}
+            for wc in &wcs {
+                let data_ok = self.check_data(h, wc);
+                self.push(
+                    now,
+                    h,
+                    app.epoch,
+                    Record::Completion {
+                        qpn: wc.qp_num,
+                        wr_id: wc.wr_id,
+                        queue,
+                        opcode: wc.opcode,
+                        status: wc.status,
+                        byte_len: wc.byte_len,
+                        data_ok,
+                    },
+                );
+            }
+        }
+        self.wcs = wcs;
+    }
+
+    /// S6 for one completion: reads the destination and compares it with the pattern.
+    fn check_data(&mut self, h: usize, wc: &WorkCompletion) -> bool {
+        let Some(p) = self.pending.remove(&wc.wr_id) else {
+            return true;
+        };
+        if wc.status != WcStatus::Success {
+            return true;
+        }
+        let seed = self.data_seed;
+        let mut buf = [0u8; SLOT_BYTES as usize];
+        match p.op {
+            Op::Recv => {
+                let n = (wc.byte_len as usize).min(buf.len());
+                let Some(node) = self.sim.endpoint(h) else {
+                    return false;
+                };
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
+                    .is_err()
+                    || n < 8
+                {
+                    return false;
+                }
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&buf[..8]);
+                let tag = u64::from_le_bytes(id);
+                matches_pattern(seed, tag, 0, &buf[8..n], 8)
+            }
+            Op::Read => {
+                let n = p.len as usize;
+                let Some(node) = self.sim.endpoint(h) else {
+                    return false;
+                };
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
+                    .is_err()
+                {
+                    return false;
+                }
+                // The slot of the READ region the WR read: same slot index as its destination.
+                matches_pattern(seed, 1 << 63 | p.peer as u64, p.off - DST_OFF, &buf[..n], 0)
+            }
+            Op::Write => {
+                // The peer's memory, if it is still the life the WRITE went to.
+                if self.apps.get(p.peer).map(|a| a.epoch) != Some(p.peer_epoch)
+                    || p.epoch != self.apps[h].epoch
+                {
+                    return true;
+                }
+                let n = p.len as usize;
+                let peer_mr = self.apps[p.peer].mr.handle;
+                let Some(node) = self.sim.endpoint(p.peer) else {
+                    return false;
+                };
+                if node
+                    .host
+                    .nic()
+                    .device()
+                    .mr_read(peer_mr, p.off, &mut buf[..n])
+                    .is_err()
+                {
+                    return false;
+                }
+                let ok_id = buf[..8] == wc.wr_id.to_le_bytes();
+                // A later WRITE to the same slot may have landed already: only a torn or
+                // foreign payload is a mismatch.
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&buf[..8]);
+                let tag = u64::from_le_bytes(id);
+                (ok_id || tag > wc.wr_id) && matches_pattern(seed, tag, 0, &buf[8..n], 8)
+            }
+            Op::Send => true,
+        }
+    }
+
+    /// Names the fabric's new drops and duplicates by the sender's send order.
+    fn match_trace(&mut self) {
+        let trace = self.sim.fabric.trace();
+        let new = trace.len().saturating_sub(self.trace_cursor);
+        if new == 0 {
+            return;
+        }
+        let mut faults: Vec<(SimTime, usize, Fault)> = Vec::new();
+        for ev in &trace[self.trace_cursor..] {
+            let pid = ev.packet as usize;
+            match ev.kind {
+                FabricEventKind::Sent { .. } => {
+                    let h = host_index(ev.src.ip());
+                    let k = self.tx_matched.get(h).copied().unwrap_or(0);
+                    let msg = self
+                        .tx_meta
+                        .get(h)
+                        .and_then(|v| v.get(k))
+                        .copied()
+                        .unwrap_or_default();
+                    if let Some(m) = self.tx_matched.get_mut(h) {
+                        *m += 1;
+                    }
+                    if self.packets.len() <= pid {
+                        self.packets.resize(pid + 1, (0, WireMsg::default()));
+                    }
+                    self.packets[pid] = (h as u8, msg);
+                }
+                FabricEventKind::Duplicated { copy } => {
+                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
+                    let c = copy as usize;
+                    if self.packets.len() <= c {
+                        self.packets.resize(c + 1, (0, WireMsg::default()));
+                    }
+                    self.packets[c] = (h, msg);
+                    faults.push((ev.at, usize::from(h), Fault::Duplicated { msg }));
+                }
+                FabricEventKind::Dropped(reason) => {
+                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
+                    faults.push((ev.at, usize::from(h), Fault::Dropped { reason, msg }));
+                }
+                _ => {}
+            }
+        }
+        self.trace_cursor = trace.len();
+        for (at, h, f) in faults {
+            let epoch = self.apps.get(h).map_or(0, |a| a.epoch);
+            self.push(at, h, epoch, Record::Fault(f));
+        }
+    }
+
+    fn refresh_qp_states(&mut self) {
+        let mut newly = Vec::new();
+        for (h, epoch, qp, err) in self.qps.iter_mut() {
+            if *err || *epoch != self.apps[*h].epoch {
+                continue;
+            }
+            let Some(node) = self.sim.endpoint(*h) else {
+                continue;
+            };
+            if let Ok((attr, _)) = node.host.nic().device().query_qp(qp.handle) {
+                if attr.qp_state == QpState::Err {
+                    *err = true;
+                    newly.push((*h, qp.qp_num));
+                }
+            }
+        }
+        for (h, qpn) in newly {
+            self.record(h, Record::QpErr { qpn });
+        }
+    }
+
+    fn qp_in_err(&self, h: usize, qpn: u32) -> bool {
+        let epoch = self.apps[h].epoch;
+        self.qps
+            .iter()
+            .any(|&(qh, e, qp, err)| qh == h && e == epoch && qp.qp_num == qpn && err)
+    }
+
+    // ---- running ----
+
+    /// The next time something happens: a simulation event or a deferred ack.
+    pub fn next_wake(&mut self) -> Option<SimTime> {
+        let ev = self.sim.next_event_time();
+        // That flushed the hosts' transmit queues at the current time: record those sends now,
+        // so the history stays in time order.
+        for h in 0..self.apps.len() {
+            self.drain_wire(h);
+        }
+        self.match_trace();
+        let ack = self.acks.iter().map(|a| a.0).min();
+        match (ev, ack) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs every event up to and including `deadline`, observing after each; the clock ends
+    /// at `deadline`.
+    pub fn run_until(&mut self, deadline: SimTime) {
+        self.observe();
+        while let Some(t) = self.next_wake().filter(|&t| t <= deadline) {
+            self.sim.run_until(t);
+            self.observe();
+        }
+        self.sim.run_until(deadline);
+        self.observe();
+    }
+
+    /// Runs for `ns` nanoseconds of virtual time.
+    pub fn run_for(&mut self, ns: u64) {
+        let t = self.now().plus_nanos(ns);
+        self.run_until(t);
+    }
+
+    /// Runs one step: the next event (or deferred ack), if it is not after `limit`. Returns
+    /// false when there is none.
+    pub fn step(&mut self, limit: SimTime) -> bool {
+        match self.next_wake() {
+            Some(t) if t <= limit => {
+                self.sim.run_until(t);
+                self.observe();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs every event up to and including `t` (normally [`next_wake`](Self::next_wake)'s
+    /// answer) and observes once, without asking for the next event again.
+    pub fn advance_to(&mut self, t: SimTime) {
+        self.sim.run_until(t);
+        self.observe();
+    }
+
+    /// Runs until nothing is left (no datagram in flight, no timer armed, no deferred ack) or
+    /// [`QUIESCE_LIMIT_NS`] has passed; returns whether it got quiescent (also kept in
+    /// [`History::quiescent`]).
+    pub fn run_to_quiescence(&mut self) -> bool {
+        let limit = self.now().plus_nanos(QUIESCE_LIMIT_NS);
+        self.observe();
+        while self.step(limit) {}
+        let q = self.next_wake().is_none();
+        self.history.quiescent = q;
+        q
+    }
+
+    /// Runs until host `h` has read an event of `kind` on `id` (any id if `None`); returns
+    /// the id.
+    ///
+    /// # Errors
+    /// [`WorldError::Timeout`] if it does not come before quiescence.
+    pub fn wait_event(
+        &mut self,
+        h: usize,
+        id: Option<CmIdHandle>,
+        kind: CmEventType,
+    ) -> Result<CmIdHandle, WorldError> {
+        self.wait_event_from(0, h, id, kind)
+    }
+
+    /// [`wait_event`](Self::wait_event), looking only at history entries from index `from`
+    /// on (e.g. `history().entries.len()` before a call, to skip older events).
+    ///
+    /// # Errors
+    /// [`WorldError::Timeout`] if it does not come before quiescence.
+    pub fn wait_event_from(
+        &mut self,
+        mut from: usize,
+        h: usize,
+        id: Option<CmIdHandle>,
+        kind: CmEventType,
+    ) -> Result<CmIdHandle, WorldError> {
+        let limit = self.now().plus_nanos(QUIESCE_LIMIT_NS);
+        loop {
+            let epoch = self.epoch(h);
+            let found = self.history.entries[from..]
+                .iter()
+                .find_map(|e| match e.rec {
+                    Record::Event { id: i, event, .. }
+                        if usize::from(e.host) == h
+                            && e.epoch == epoch
+                            && event == kind
+                            && id.is_none_or(|x| x.0 == i) =>
+                    {
+                        Some(CmIdHandle(i))
+                    }
+                    _ => None,
+                });
+            if let Some(i) = found {
+                return Ok(i);
+            }
+            from = self.history.entries.len();
+            if !self.step(limit) {
+                return Err(WorldError::Timeout {
+                    host: h,
+                    what: format!("{kind:?}"),
+                    at: self.now(),
+                });
+            }
+        }
+    }
+
+    // ---- the application's calls ----
+
+    fn cm_call<R>(
+        &mut self,
+        h: usize,
+        f: impl FnOnce(&mut RdmaCm, &mut SimDevice, SimTime) -> R,
+    ) -> Result<R, Error> {
+        let now = self.sim.now();
+        let node = self.node_mut(h)?;
+        let (cm, dev) = node.host.split();
+        Ok(f(cm, dev, now))
+    }
+
+    fn qp_init(&self, h: usize) -> QpInitAttr {
+        let a = &self.apps[h];
+        QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(64, 1, 0), true)
+    }
+
+    fn conn_param(&self) -> ConnParam {
+        ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: self.cfg.rnr_retry.min(7),
+            ..ConnParam::default()
+        }
+    }
+
+    /// Host `h` listens on [`CM_PORT`] (once; later calls return the same id).
+    ///
+    /// # Errors
+    /// The rdma_cm call's error (recorded too).
+    pub fn listen(&mut self, h: usize) -> Result<CmIdHandle, Error> {
+        self.observe();
+        if let Some(id) = self.apps.get(h).and_then(|a| a.listen) {
+            return Ok(id);
+        }
+        let ch = self
+            .apps
+            .get(h)
+            .map(|a| a.ch)
+            .ok_or_else(|| Error::new(Errno::EINVAL, "no host"))?;
+        let r = self.cm_call(h, |cm, _, _| {
+            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+            cm.bind_addr(id, SocketAddr::new(host_ip(h), CM_PORT))?;
+            cm.listen(id, 8)?;
+            Ok::<_, Error>(id)
+        })?;
+        let errno = errno_of(&r);
+        let id = r.as_ref().map_or(0, |i| i.0);
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Listen { id },
+                errno,
+            },
+        );
+        let id = r?;
+        self.apps[h].listen = Some(id);
+        self.observe();
+        Ok(id)
+    }
+
+    /// Host `h` creates an id, resolves `to`:[`CM_PORT`], creates its QP (INIT) and connects.
+    ///
+    /// # Errors
+    /// The first failing rdma_cm call's error (the connect call's errno is recorded).
+    pub fn connect(&mut self, h: usize, to: usize) -> Result<End, Error> {
+        self.observe();
+        let (ch, pd, init) = (self.apps[h].ch, self.apps[h].pd, self.qp_init(h));
+        let param = self.conn_param();
+        let r = self.cm_call(h, |cm, dev, now| {
+            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+            cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
+            cm.resolve_route(id)?;
+            let qp = cm.create_qp(dev, id, pd, &init)?;
+            let r = cm.connect(dev, now, id, &param);
+            Ok::<_, Error>((id, qp, r))
+        })??;
+        let (id, qp, res) = r;
+        let epoch = self.apps[h].epoch;
+        self.qps.push((h, epoch, qp, false));
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Connect {
+                    id: id.0,
+                    to: to as u8,
+                    qpn: qp.qp_num,
+                },
+                errno: errno_of(&res),
+            },
+        );
+        res?;
+        self.observe();
+        Ok(End {
+            host: h,
+            epoch,
+            id,
+            qp,
+            peer: to,
+        })
+    }
+
+    /// Host `h` gives passive id `id` (from a CONNECT_REQUEST) a QP and accepts. The peer
+    /// host is the id's peer address (`rdma_get_peer_addr`).
+    ///
+    /// # Errors
+    /// The rdma_cm call's error (recorded).
+    pub fn accept(&mut self, h: usize, id: CmIdHandle) -> Result<End, Error> {
+        self.observe();
+        let peer = self
+            .host(h)
+            .and_then(|host| host.cm().addrs(id))
+            .and_then(|(_, dst)| dst)
+            .map_or(h, |a| host_index(a.ip()));
+        let (pd, init) = (self.apps[h].pd, self.qp_init(h));
+        let param = self.conn_param();
+        let (qp, res) = self.cm_call(h, |cm, dev, now| {
+            let qp = cm.create_qp(dev, id, pd, &init)?;
+            Ok::<_, Error>((qp, cm.accept(dev, now, id, &param)))
+        })??;
+        let epoch = self.apps[h].epoch;
+        self.qps.push((h, epoch, qp, false));
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Accept {
+                    id: id.0,
+                    qpn: qp.qp_num,
+                },
+                errno: errno_of(&res),
+            },
+        );
+        res?;
+        self.observe();
+        Ok(End {
+            host: h,
+            epoch,
+            id,
+            qp,
+            peer,
+        })
+    }
+
+    /// Host `h` rejects passive id `id` (REJ 28).
+    ///
+    /// # Errors
+    /// The rdma_cm call's error (recorded).
+    pub fn reject(&mut self, h: usize, id: CmIdHandle) -> Result<(), Error> {
+        self.observe();
+        let r = self.cm_call(h, |cm, dev, now| cm.reject(dev, now, id, &[]))?;
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Reject { id: id.0 },
+                errno: errno_of(&r),
+            },
+        );
+        self.observe();
+        r
+    }
+
+    /// `p` listens, `a` connects, `p` accepts the request; runs until both ends are
+    /// ESTABLISHED.
+    ///
+    /// # Errors
+    /// A failing call, or [`WorldError::Timeout`] if an event does not come.
+    pub fn establish(&mut self, a: usize, p: usize) -> Result<Conn, WorldError> {
+        self.listen(p)?;
+        let start = self.history.entries.len();
+        let active = self.connect(a, p)?;
+        let pid = self.wait_event_from(start, p, None, CmEventType::ConnectRequest)?;
+        let passive = self.accept(p, pid)?;
+        self.wait_event(a, Some(active.id), CmEventType::Established)?;
+        self.wait_event(p, Some(passive.id), CmEventType::Established)?;
+        Ok(Conn { active, passive })
+    }
+
+    /// `rdma_disconnect` of `e`'s id (recorded with its errno).
+    ///
+    /// # Errors
+    /// What rdma_disconnect returns (cm-spec §4.4).
+    pub fn disconnect(&mut self, e: End) -> Result<(), Error> {
+        self.observe();
+        let r = self.cm_call(e.host, |cm, dev, now| cm.disconnect(dev, now, e.id))?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Disconnect { id: e.id.0 },
+                errno: errno_of(&r),
+            },
+        );
+        self.refresh_qp_states();
+        self.observe();
+        r
+    }
+
+    /// `rdma_destroy_id` of `e`'s id (recorded).
+    ///
+    /// # Errors
+    /// EBUSY with un-acked events, EINVAL for an unknown id.
+    pub fn destroy(&mut self, e: End) -> Result<(), Error> {
+        self.observe();
+        let r = self.cm_call(e.host, |cm, dev, now| cm.destroy_id(dev, now, e.id))?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Destroy { id: e.id.0 },
+                errno: errno_of(&r),
+            },
+        );
+        self.observe();
+        r
+    }
+
+    /// The application's verbs teardown of `e`'s QP: `ibv_modify_qp(ERR)` (flushes what is
+    /// posted).
+    ///
+    /// # Errors
+    /// The modify's error.
+    pub fn qp_to_err(&mut self, e: End) -> Result<(), Error> {
+        self.observe();
+        let attr = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        let r = self.cm_call(e.host, |_, dev, _| {
+            dev.modify_qp(e.qp.handle, &attr, QpAttrMask::STATE)
+        })?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::QpToErr { qpn: e.qp.qp_num },
+                errno: errno_of(&r),
+            },
+        );
+        self.refresh_qp_states();
+        self.observe();
+        r
+    }
+
+    /// Posts `n` receives of [`SLOT_BYTES`] on `e`'s QP; returns their `wr_id`s.
+    pub fn post_recvs(&mut self, e: End, n: usize) -> Vec<u64> {
+        self.post(e, Op::Recv, n)
+    }
+
+    /// Posts `n` signaled WRs of `op` on `e`'s QP (SEND/WRITE: 8 bytes of `wr_id` + pattern,
+    /// 16..=128 bytes; READ: a slot of the peer's READ region). The call and each accepted WR
+    /// are recorded; returns the accepted `wr_id`s (a refused post returns fewer).
+    pub fn post(&mut self, e: End, op: Op, n: usize) -> Vec<u64> {
+        self.observe();
+        if e.host >= self.apps.len() || e.epoch != self.apps[e.host].epoch {
+            return Vec::new();
+        }
+        let seed = self.data_seed;
+        let ids: Vec<u64> = (self.next_wr..self.next_wr + n as u64).collect();
+        self.next_wr += n as u64;
+        let mr = self.apps[e.host].mr;
+        let peer = self.apps.get(e.peer).copied();
+        let peer_epoch = peer.map_or(0, |p| p.epoch);
+        let mut infos = Vec::with_capacity(n);
+        let slot = |id: u64| (id % SLOTS) * SLOT_BYTES;
+        if op == Op::Read {
+            // The READ source: the peer's slot holds the pattern of (seed, peer) at the slot's
+            // offset (filled here, before the READ can reach it, not at boot: cheaper).
+            if let (Some(p), Some(node)) = (peer, self.sim.endpoint_mut(e.peer)) {
+                let dev = node.host.nic_mut().device_mut();
+                for &id in &ids {
+                    let mut buf = [0u8; SLOT_BYTES as usize];
+                    fill_pattern(seed, 1 << 63 | e.peer as u64, slot(id), &mut buf);
+                    let _ = dev.mr_write(p.mr.handle, READ_SRC_OFF + slot(id), &buf);
+                }
+            }
+        }
+        let Some(node) = self.sim.endpoint_mut(e.host) else {
+            return Vec::new();
+        };
+        let nic = node.host.nic_mut();
+        let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
+        let r = match op {
+            Op::Recv => {
+                let wrs: Vec<RecvWr> = ids
+                    .iter()
+                    .map(|&id| {
+                        infos.push((id, RECV_OFF + slot(id), SLOT_BYTES as u32));
+                        RecvWr::new(id, vec![mr.sge(RECV_OFF + slot(id), SLOT_BYTES as u32)])
+                    })
+                    .collect();
+                nic.post_recv(e.qp.handle, &wrs)
+            }
+            Op::Send | Op::Write => {
+                let mut wrs = Vec::with_capacity(n);
+                for &id in &ids {
+                    let len = len_of(id);
+                    let mut buf = [0u8; SLOT_BYTES as usize];
+                    let buf = &mut buf[..len as usize];
+                    fill_pattern(seed, id, 0, buf);
+                    buf[..8].copy_from_slice(&id.to_le_bytes());
+                    let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), buf);
+                    let sge = vec![mr.sge(SEND_OFF + slot(id), len)];
+                    if op == Op::Send {
+                        infos.push((id, 0, len));
+                        wrs.push(SendWr::send(id, sge));
+                    } else {
+                        let (addr, rkey) =
+                            peer.map_or((0, 0), |p| (p.mr.addr + DST_OFF + slot(id), p.mr.rkey));
+                        infos.push((id, DST_OFF + slot(id), len));
+                        wrs.push(SendWr::rdma_write(id, sge, addr, rkey));
+                    }
+                }
+                nic.post_send(e.qp.handle, &wrs)
+            }
+            Op::Read => {
+                let wrs: Vec<SendWr> = ids
+                    .iter()
+                    .map(|&id| {
+                        let len = len_of(id);
+                        infos.push((id, DST_OFF + slot(id), len));
+                        let (addr, rkey) = peer
+                            .map_or((0, 0), |p| (p.mr.addr + READ_SRC_OFF + slot(id), p.mr.rkey));
+                        SendWr::rdma_read(id, vec![mr.sge(DST_OFF + slot(id), len)], addr, rkey)
+                    })
+                    .collect();
+                nic.post_send(e.qp.handle, &wrs)
+            }
+        };
+        let (accepted, errno) = match &r {
+            Ok(()) => (n, 0),
+            Err(pe) => (pe.bad_wr.min(n), pe.errno() as i32),
+        };
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Post {
+                    qpn: e.qp.qp_num,
+                    op,
+                    n: n as u32,
+                },
+                errno,
+            },
+        );
+        let qp_err = self.qp_in_err(e.host, e.qp.qp_num);
+        let queue = if op == Op::Recv {
+            Queue::Recv
+        } else {
+            Queue::Send
+        };
+        for &(id, off, len) in &infos[..accepted] {
+            self.pending.insert(
+                id,
+                Pending {
+                    op,
+                    off,
+                    len,
+                    peer: e.peer,
+                    epoch: e.epoch,
+                    peer_epoch,
+                },
+            );
+            self.record(
+                e.host,
+                Record::Posted {
+                    qpn: e.qp.qp_num,
+                    wr_id: id,
+                    queue,
+                    op,
+                    len,
+                    qp_err,
+                },
+            );
+        }
+        self.refresh_qp_states();
+        self.observe();
+        ids[..accepted].to_vec()
+    }
+
+    /// Crashes host `h` now; with `restart_after_ns`, it comes back that much later with
+    /// amnesia (a fresh device and CM with the same address and CA GUID, so its first QP
+    /// reuses the first QPN; a new CM seed; a new application). Without, it stays down.
+    ///
+    /// # Errors
+    /// Creating the new host's objects failed.
+    pub fn crash(&mut self, h: usize, restart_after_ns: Option<u64>) -> Result<(), Error> {
+        self.observe();
+        let now = self.now();
+        let restart = restart_after_ns.map(|d| now.plus_nanos(d.max(1)));
+        self.sim.fabric.plan_mut().crashes.push(Crash {
+            host: host_ip(h),
+            at: now,
+            restart,
+        });
+        self.record(
+            h,
+            Record::Fault(Fault::Crash {
+                restart_ns: restart.map(|t| t.as_nanos()),
+            }),
+        );
+        if restart.is_some() {
+            let epoch = self.apps[h].epoch.wrapping_add(1);
+            let node = new_node(&self.cfg, h, epoch)?;
+            *self.node_mut(h)? = node;
+            let mode = self.apps[h].mode;
+            self.apps[h] = self.create_app(h, epoch)?;
+            self.apps[h].mode = mode;
+        }
+        Ok(())
+    }
+
+    /// The applications' exit: runs to quiescence, then every live host moves each of its QPs
+    /// to ERR (what `ibv_destroy_qp` or process exit does: what is still posted is flushed),
+    /// then runs to quiescence again. Returns whether it got quiescent.
+    pub fn teardown(&mut self) -> bool {
+        self.run_to_quiescence();
+        for h in 0..self.apps.len() {
+            if !self.is_up(h) {
+                continue;
+            }
+            let epoch = self.epoch(h);
+            for qp in self.qps_of(h) {
+                let e = End {
+                    host: h,
+                    epoch,
+                    id: CmIdHandle(0),
+                    qp,
+                    peer: h,
+                };
+                let _ = self.qp_to_err(e);
+            }
+        }
+        self.run_to_quiescence()
+    }
+
+    /// [`teardown`](Self::teardown), then checks the whole history with the
+    /// [oracle](crate::oracle) (S1–S7; L1–L3 too if the World was [healed](Self::heal)).
+    ///
+    /// # Errors
+    /// The violations found, or an S2/L3 violation if the World did not get quiescent.
+    pub fn check(&mut self) -> Result<(), Violations> {
+        self.teardown();
+        self.check_now()
+    }
+
+    /// Checks the history as it is, without running anything.
+    ///
+    /// # Errors
+    /// The violations found.
+    pub fn check_now(&self) -> Result<(), Violations> {
+        let v = oracle::check(&self.history);
+        if v.is_empty() {
+            Ok(())
+        } else {
+            Err(Violations(v))
+        }
+    }
+
+    /// Every QP of host `h`'s current life (for teardown).
+    pub fn qps_of(&self, h: usize) -> Vec<Qp> {
+        let epoch = self.epoch(h);
+        self.qps
+            .iter()
+            .filter(|q| q.0 == h && q.1 == epoch)
+            .map(|q| q.2)
+            .collect()
+    }
+
+    /// Marks the network healed from now on: loss, duplication and corruption off, every
+    /// partition healed now (delays stay). Liveness checks apply from here.
+    pub fn heal(&mut self) {
+        let now = self.now();
+        let plan = self.sim.fabric.plan_mut();
+        plan.default.loss = 0.0;
+        plan.default.duplicate = 0.0;
+        plan.default.corrupt = 0.0;
+        for p in plan.paths.values_mut() {
+            p.loss = 0.0;
+            p.duplicate = 0.0;
+            p.corrupt = 0.0;
+        }
+        for p in &mut plan.partitions {
+            if p.heal.is_none_or(|t| t > now) {
+                p.heal = Some(now);
+            }
+        }
+        self.history.healed_at = Some(now);
+    }
+}
+
+fn host_index(ip: IpAddr) -> usize {
+    match ip {
+        IpAddr::V4(v4) => usize::from(v4.octets()[3]).saturating_sub(1),
+        IpAddr::V6(_) => 0,
+    }
+}
