@@ -223,6 +223,22 @@ impl Ledger {
     }
 }
 
+/// Checks that `got` equals `want` byte for byte; returns the bytes verified.
+///
+/// # Errors
+/// [`Stop::Failed`] naming `what`, the lengths and the first differing offset.
+pub fn compare(what: &str, got: &[u8], want: &[u8]) -> Result<u64, Stop> {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        return Err(Stop::Failed(format!(
+            "{what}: {} bytes received, {} expected, first difference at {at:?}",
+            got.len(),
+            want.len()
+        )));
+    }
+    Ok(want.len() as u64)
+}
+
 /// How a [`DataPhase`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -312,15 +328,7 @@ impl DataPhase {
     }
 
     fn verify(&mut self, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stop> {
-        if got != want {
-            let at = got.iter().zip(want).position(|(a, b)| a != b);
-            return Err(Stop::Failed(format!(
-                "{what}: {} bytes received, {} expected, first difference at {at:?}",
-                got.len(),
-                want.len()
-            )));
-        }
-        self.bytes_verified += want.len() as u64;
+        self.bytes_verified += compare(what, got, want)?;
         Ok(())
     }
 

@@ -1,11 +1,12 @@
 //! One side of one ping connection: a [`Node`] (the host on its UDP driver) and the blocking
-//! application logic that runs the exchange on it and writes the [`PingReport`].
+//! application logic that runs the connection on it and writes the [`PingReport`].
 //!
-//! The application talks to the host only through [`UdpHandle::with`] and waits with
-//! [`UdpHandle::wait_until`] on the fault layer's generation counter, which moves with every
-//! datagram and timeout the driver hands in: no polling loop, no sleep.
+//! Setup, the buffer-info exchange, FIN/FIN-ACK and the disconnect run on the caller's thread
+//! through [`UdpHandle::with`], waiting with [`UdpHandle::wait_until`] (woken by the driver's
+//! wake filter when a completion-channel or CM event arrives: no polling loop, no sleep). The
+//! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
-use super::app::{DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
+use super::app::{compare, DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
     TimelineEntry, WireRecord,
@@ -548,15 +549,7 @@ impl<'a> Session<'a> {
     }
 
     fn verify(&mut self, what: &str, got: &[u8], want: &[u8]) -> Result<(), Stop> {
-        if got != want {
-            let at = got.iter().zip(want).position(|(a, b)| a != b);
-            return Err(Stop::Failed(format!(
-                "{what}: {} bytes received, {} expected, first difference at {at:?}",
-                got.len(),
-                want.len()
-            )));
-        }
-        self.bytes_verified += want.len() as u64;
+        self.bytes_verified += compare(what, got, want)?;
         Ok(())
     }
 
