@@ -179,16 +179,19 @@ impl Ledger {
         Ok(buf)
     }
 
-    /// Polls the CQ empty, re-arms it (`solicited_only` or not) and polls again; books every
-    /// completion, reads and re-posts consumed receives.
-    pub fn poll(&mut self, host: &mut Host, solicited_only: bool) -> Result<(), Stop> {
+    /// Polls the CQ empty; with `arm = Some(solicited_only)` re-arms it and polls again (a
+    /// thread that will wait for the channel); books every completion, reads and re-posts
+    /// consumed receives. The data phase, stepped on every event, passes `None`.
+    pub fn poll(&mut self, host: &mut Host, arm: Option<bool>) -> Result<(), Stop> {
         let Some(cq) = self.cq else { return Ok(()) };
         let mut wcs: Vec<WorkCompletion> = Vec::new();
         let nic = host.nic_mut();
         while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
-        // Re-arm, then poll again: a completion between the two would not notify.
-        let _ = nic.req_notify_cq(cq, solicited_only);
-        while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
+        if let Some(solicited_only) = arm {
+            // Re-arm, then poll again: a completion between the two would not notify.
+            let _ = nic.req_notify_cq(cq, solicited_only);
+            while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
+        }
         for wc in wcs {
             self.complete(host, &wc)?;
         }
@@ -347,7 +350,7 @@ impl DataPhase {
         let (size, l) = (self.size, self.ledger.layout);
         let p = self.peer;
         loop {
-            self.ledger.poll(host, false)?;
+            self.ledger.poll(host, None)?;
             if let Some(s) = self.ledger.transport_error {
                 return Err(Stop::Transport(s));
             }

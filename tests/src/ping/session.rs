@@ -455,7 +455,7 @@ impl<'a> Session<'a> {
         let (node, l, solicited) = (self.node, &mut self.l, self.solicited_only);
         let ch = node.ch;
         let (polled, evs, generation, now) = node.handle().with(|ep, now| {
-            let polled = l.poll(ep.inner_mut().host_mut(), solicited);
+            let polled = l.poll(ep.inner_mut().host_mut(), Some(solicited));
             let mut evs = Vec::new();
             while let Some(ev) = get_event(ep, ch) {
                 evs.push(ev);
