@@ -7,7 +7,7 @@
 //! **liveness** phase (the World [heals](World::heal) the network, the scripts go on) until
 //! quiescence; the **teardown** (every live host moves its QPs to ERR, as destroying them
 //! would, so every posted WR must complete) until quiescence again. Then the
-//! [oracle](crate::oracle) checks the history.
+//! [`oracle`] checks the history.
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};

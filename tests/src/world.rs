@@ -1,6 +1,6 @@
 //! [`World`]: N simulated hosts (a [`SimDevice`] in a [`SimNic`] plus its [`RdmaCm`], i.e. a
 //! [`Host`]) on the deterministic [`Simulation`]/[`SimFabric`], an application on each host, and
-//! the [`History`] the [oracle](crate::oracle) checks.
+//! the [`History`] the [`oracle`] checks.
 //!
 //! The application of each host reads its CM events and polls its CQs after **every**
 //! simulation event, so the recorded virtual times are the times at which things happened
@@ -2014,7 +2014,7 @@ impl World {
     }
 
     /// [`teardown`](Self::teardown), then checks the whole history with the
-    /// [oracle](crate::oracle) (S1–S7; L1–L3 too if the World was [healed](Self::heal)).
+    /// [`oracle`] (S1–S7; L1–L3 too if the World was [healed](Self::heal)).
     ///
     /// # Errors
     /// The violations found, or an S2/L3 violation if the World did not get quiescent.
