@@ -33,7 +33,3 @@ pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE};
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;
 
-/// The README's Rust examples, compiled and run as doctests so that they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

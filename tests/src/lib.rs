@@ -13,3 +13,9 @@ pub mod oracle;
 pub mod ping;
 pub mod scenario;
 pub mod world;
+
+/// The README's Rust examples, compiled and run as doctests so that they stay true (here,
+/// where every crate they use is a dependency).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
