@@ -32,4 +32,3 @@ pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
 pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE};
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;
-

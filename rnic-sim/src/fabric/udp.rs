@@ -85,6 +85,32 @@ struct State<E> {
     wake_filter: Option<WakeFilter<E>>,
 }
 
+impl<E: Endpoint> State<E> {
+    /// Sends, with the non-blocking `send`, what the endpoint has queued at `now`. Once a send
+    /// would block, the rest joins the backlog (and anything queued behind a backlog waits in
+    /// it), so datagrams leave in the order queued. Failed sends are counted and dropped, as
+    /// the network would drop them.
+    fn send_queued(
+        &mut self,
+        now: SimTime,
+        mut send: impl FnMut(&[u8], SocketAddr) -> io::Result<usize>,
+    ) {
+        while let Some((dst, bytes)) = self.endpoint.poll_transmit(now) {
+            if !self.backlog.is_empty() {
+                self.backlog.push_back((dst, bytes));
+                continue;
+            }
+            match send(&bytes, dst) {
+                Ok(_) => self.stats.sent += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.backlog.push_back((dst, bytes));
+                }
+                Err(_) => self.stats.send_errors += 1,
+            }
+        }
+    }
+}
+
 /// See [`UdpHandle::set_wake_filter`].
 type WakeFilter<E> = Box<dyn FnMut(&E) -> bool + Send>;
 
@@ -226,19 +252,7 @@ impl<E> UdpHandle<E> {
                     let st = &mut *st;
                     let now = self.shared.now();
                     let blocked = !st.backlog.is_empty();
-                    while let Some((dst, bytes)) = st.endpoint.poll_transmit(now) {
-                        if !st.backlog.is_empty() {
-                            st.backlog.push_back((dst, bytes));
-                            continue;
-                        }
-                        match socket.send_to(&bytes, dst) {
-                            Ok(_) => st.stats.sent += 1,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                                st.backlog.push_back((dst, bytes));
-                            }
-                            Err(_) => st.stats.send_errors += 1,
-                        }
-                    }
+                    st.send_queued(now, |b, dst| socket.send_to(b, dst));
                     let earlier = match (st.endpoint.poll_timeout(), st.armed) {
                         (Some(t), Some(a)) => t < a,
                         (Some(_), None) => true,
@@ -409,19 +423,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                     st.backlog.pop_front();
                 }
                 let now = shared.now();
-                while let Some((dst, bytes)) = st.endpoint.poll_transmit(now) {
-                    if !st.backlog.is_empty() {
-                        st.backlog.push_back((dst, bytes));
-                        continue;
-                    }
-                    match self.socket.try_send_to(&bytes, dst) {
-                        Ok(_) => st.stats.sent += 1,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            st.backlog.push_back((dst, bytes));
-                        }
-                        Err(_) => st.stats.send_errors += 1,
-                    }
-                }
+                st.send_queued(now, |b, dst| self.socket.try_send_to(b, dst));
                 // Sleep until the endpoint's deadline, but at most IDLE_TICK: then a handle
                 // whose call sets a deadline later than that need not wake the driver.
                 let tick = now.plus_nanos(IDLE_TICK.as_nanos() as u64);
