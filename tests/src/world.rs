@@ -45,10 +45,11 @@ use crate::host::Host;
 use crate::oracle::{self, Violation};
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
-use cm_core::engine::{CmConfig, IbCmId};
+use cm_core::engine::{CmConfig, IbCmId, IbCmState};
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::{
-    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, PathFaults, SimFabric, Simulation,
+    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, Partition, PathFaults, SimFabric,
+    Simulation,
 };
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
@@ -1635,45 +1636,15 @@ impl World {
         Ok(id)
     }
 
-    /// Host `h` creates an id, resolves `to`:[`CM_PORT`], creates its QP (INIT) and connects.
+    /// Host `h` creates an id, resolves `to`:[`CM_PORT`], creates its QP (INIT) and connects
+    /// ([`resolve`](Self::resolve) then [`connect_resolved`](Self::connect_resolved)).
     ///
     /// # Errors
     /// The first failing rdma_cm call's error (the connect call's errno is recorded).
     pub fn connect(&mut self, h: usize, to: usize) -> Result<End, Error> {
-        self.observe();
-        let (ch, pd, init) = (self.apps[h].ch, self.apps[h].pd, self.qp_init(h));
-        let param = self.conn_param();
-        let r = self.cm_call(h, |cm, dev, now| {
-            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
-            cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
-            cm.resolve_route(id)?;
-            let qp = cm.create_qp(dev, id, pd, &init)?;
-            let r = cm.connect(dev, now, id, &param);
-            Ok::<_, Error>((id, qp, r))
-        })??;
-        let (id, qp, res) = r;
-        let epoch = self.apps[h].epoch;
-        self.qps.push((h, epoch, qp, false));
-        self.record(
-            h,
-            Record::Call {
-                call: Call::Connect {
-                    id: id.0,
-                    to: to as u8,
-                    qpn: qp.qp_num,
-                },
-                errno: errno_of(&res),
-            },
-        );
-        res?;
-        self.observe();
-        Ok(End {
-            host: h,
-            epoch,
-            id,
-            qp,
-            peer: to,
-        })
+        let e = self.resolve(h, to)?;
+        self.connect_call(e)?;
+        Ok(e)
     }
 
     /// Host `h` gives passive id `id` (from a CONNECT_REQUEST) a QP and accepts. The peer
@@ -1770,22 +1741,12 @@ impl World {
         r
     }
 
-    /// `rdma_destroy_id` of `e`'s id (recorded).
+    /// `rdma_destroy_id` of `e`'s id (recorded; see [`destroy_id`](Self::destroy_id)).
     ///
     /// # Errors
     /// EBUSY with un-acked events, EINVAL for an unknown id.
     pub fn destroy(&mut self, e: End) -> Result<(), Error> {
-        self.observe();
-        let r = self.cm_call(e.host, |cm, dev, now| cm.destroy_id(dev, now, e.id))?;
-        self.record(
-            e.host,
-            Record::Call {
-                call: Call::Destroy { id: e.id.0 },
-                errno: errno_of(&r),
-            },
-        );
-        self.observe();
-        r
+        self.destroy_id(e.host, e.id)
     }
 
     /// The application's verbs teardown of `e`'s QP: `ibv_modify_qp(ERR)` (flushes what is
@@ -2057,6 +2018,182 @@ impl World {
             }
         }
         self.history.healed_at = Some(now);
+    }
+    // ---- more calls and inspection (the regression gallery, tests/tests/gallery.rs) ----
+
+    /// Host `h`'s first half of [`connect`](Self::connect): `rdma_create_id`,
+    /// `rdma_resolve_addr`/`rdma_resolve_route` to `to`:[`CM_PORT`] and `rdma_create_qp` (QP
+    /// in INIT), without connecting. The ADDR/ROUTE_RESOLVED events are read by the next call
+    /// or run; the calls themselves are not recorded (the oracle knows the id from its events).
+    ///
+    /// # Errors
+    /// The first failing call's error.
+    pub fn resolve(&mut self, h: usize, to: usize) -> Result<End, Error> {
+        self.observe();
+        let app = *self
+            .apps
+            .get(h)
+            .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))?;
+        let init = self.qp_init(h);
+        let (id, qp) = self.cm_call(h, |cm, dev, _| {
+            let id = cm.create_id(app.ch, RdmaPortSpace::Tcp)?;
+            cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
+            cm.resolve_route(id)?;
+            let qp = cm.create_qp(dev, id, app.pd, &init)?;
+            Ok::<_, Error>((id, qp))
+        })??;
+        self.qps.push((h, app.epoch, qp, false));
+        Ok(End {
+            host: h,
+            epoch: app.epoch,
+            id,
+            qp,
+            peer: to,
+        })
+    }
+
+    /// `rdma_connect` of an end made by [`resolve`](Self::resolve) (recorded with its errno).
+    ///
+    /// # Errors
+    /// What rdma_connect returns (EINVAL unless the id's route is resolved, cm-spec §4.3).
+    pub fn connect_resolved(&mut self, e: End) -> Result<(), Error> {
+        self.observe();
+        self.connect_call(e)
+    }
+
+    fn connect_call(&mut self, e: End) -> Result<(), Error> {
+        let param = self.conn_param();
+        let res = self.cm_call(e.host, |cm, dev, now| cm.connect(dev, now, e.id, &param))?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Connect {
+                    id: e.id.0,
+                    to: e.peer as u8,
+                    qpn: e.qp.qp_num,
+                },
+                errno: errno_of(&res),
+            },
+        );
+        res?;
+        self.observe();
+        Ok(())
+    }
+
+    /// `rdma_destroy_id` of host `h`'s id `id` (recorded), e.g. a listener or a passive id
+    /// whose CONNECT_REQUEST was not accepted. Destroying the listener of
+    /// [`listen`](Self::listen) lets a later `listen` create a new one.
+    ///
+    /// # Errors
+    /// EBUSY with un-acked events of the id (cm-spec §4.6, TESTING.md behaviour choices),
+    /// EINVAL for an unknown id.
+    pub fn destroy_id(&mut self, h: usize, id: CmIdHandle) -> Result<(), Error> {
+        self.observe();
+        let r = self.cm_call(h, |cm, dev, now| cm.destroy_id(dev, now, id))?;
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Destroy { id: id.0 },
+                errno: errno_of(&r),
+            },
+        );
+        if r.is_ok() {
+            if let Some(a) = self.apps.get_mut(h).filter(|a| a.listen == Some(id)) {
+                a.listen = None;
+            }
+        }
+        self.observe();
+        r
+    }
+
+    /// The state of `e`'s QP now (`ibv_query_qp`); `None` if the QP is gone (or of an
+    /// earlier life of the host).
+    pub fn qp_state(&self, e: End) -> Option<QpState> {
+        if self.epoch(e.host) != e.epoch {
+            return None;
+        }
+        let node = self.sim.endpoint(e.host)?;
+        let (attr, _) = node.host.nic().device().query_qp(e.qp.handle).ok()?;
+        Some(attr.qp_state)
+    }
+
+    /// The IB CM state (cm-spec §3.1) of host `h`'s rdma_cm id `id` now; `None` if the id is
+    /// unknown (destroyed) or has no IB CM id (never connected, or a listener).
+    pub fn ib_cm_state(&self, h: usize, id: CmIdHandle) -> Option<IbCmState> {
+        self.host(h)?.cm().ib_cm_state(id)
+    }
+
+    /// The CM events host `h`'s application read for id `id` in the host's current life, in
+    /// order: (time, type, status).
+    pub fn events_of(&self, h: usize, id: CmIdHandle) -> Vec<(SimTime, CmEventType, i32)> {
+        let epoch = self.epoch(h);
+        self.history
+            .of_host(h)
+            .filter(|e| e.epoch == epoch)
+            .filter_map(|e| match e.rec {
+                Record::Event {
+                    id: i,
+                    event,
+                    status,
+                    ..
+                } if i == id.0 => Some((e.at, event, status)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The status of WR `wr_id`'s first completion the application polled, `None` if it has
+    /// not completed.
+    pub fn wc_status(&self, wr_id: u64) -> Option<WcStatus> {
+        self.history.entries.iter().find_map(|e| match e.rec {
+            Record::Completion {
+                wr_id: w, status, ..
+            } if w == wr_id => Some(status),
+            _ => None,
+        })
+    }
+
+    /// The CM MADs host `h` sent in its current life, in order: (time, message). Filter by
+    /// [`WireMsg::attr`] (`cm_core::wire::CM_DREQ_ATTR_ID`, …) for one kind.
+    pub fn sent_mads(&self, h: usize) -> Vec<(SimTime, WireMsg)> {
+        let epoch = self.epoch(h);
+        self.history
+            .of_host(h)
+            .filter(|e| e.epoch == epoch)
+            .filter_map(|e| match e.rec {
+                Record::Wire { tx: true, msg, .. } => Some((e.at, msg)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every datagram the fabric dropped so far: (sending host, what it was, why), in order.
+    /// RC packets read as attribute 0.
+    pub fn dropped(&mut self) -> Vec<(usize, WireMsg, DropReason)> {
+        self.observe();
+        self.history
+            .entries
+            .iter()
+            .filter_map(|e| match e.rec {
+                Record::Fault(Fault::Dropped { reason, msg }) => {
+                    Some((usize::from(e.host), msg, reason))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Cuts the network from host `from` to host `to` (one way; call twice for both) from now
+    /// for `for_ns` nanoseconds of virtual time, or until [`heal`](Self::heal) if `None`.
+    /// Virtual time makes a window around one instant drop exactly the datagrams sent in it.
+    pub fn partition_one_way(&mut self, from: usize, to: usize, for_ns: Option<u64>) {
+        let now = self.now();
+        let heal = for_ns.map(|d| now.plus_nanos(d));
+        self.sim
+            .fabric
+            .plan_mut()
+            .partitions
+            .push(Partition::one_way(host_ip(from), host_ip(to), now, heal));
     }
 }
 
