@@ -2153,9 +2153,11 @@ impl World {
         })
     }
 
-    /// The CM MADs host `h` sent in its current life, in order: (time, message). Filter by
-    /// [`WireMsg::attr`] (`cm_core::wire::CM_DREQ_ATTR_ID`, …) for one kind.
-    pub fn sent_mads(&self, h: usize) -> Vec<(SimTime, WireMsg)> {
+    /// The CM MADs host `h` sent in its current life, in order: (time, message), including
+    /// what the hosts queued at this instant (handed to the fabric first, as the next run
+    /// would). Filter by [`WireMsg::attr`] (`cm_core::wire::CM_DREQ_ATTR_ID`, …) for one kind.
+    pub fn sent_mads(&mut self, h: usize) -> Vec<(SimTime, WireMsg)> {
+        self.next_wake();
         let epoch = self.epoch(h);
         self.history
             .of_host(h)
@@ -2168,9 +2170,10 @@ impl World {
     }
 
     /// Every datagram the fabric dropped so far: (sending host, what it was, why), in order.
-    /// RC packets read as attribute 0.
+    /// RC packets read as attribute 0. Hands what the hosts queued at this instant to the
+    /// fabric first, as the next run would.
     pub fn dropped(&mut self) -> Vec<(usize, WireMsg, DropReason)> {
-        self.observe();
+        self.next_wake();
         self.history
             .entries
             .iter()
