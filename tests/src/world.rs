@@ -58,8 +58,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncElement, AsyncEventType, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle,
+    Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
@@ -136,6 +137,9 @@ pub struct WorldConfig {
     /// `rnr_retry_count` of connect/accept (0–7; 7 = retry RNR NAKs forever, as rdma_cm's
     /// default users set it).
     pub rnr_retry: u8,
+    /// Entries (CQEs) of each host's send CQ and receive CQ, shared by all its QPs (default
+    /// 1024). A small value lets a burst of completions overrun a CQ ([`Record::CqErr`]).
+    pub cq_entries: u32,
 }
 
 impl WorldConfig {
@@ -148,6 +152,7 @@ impl WorldConfig {
             fast_timers: false,
             capture: false,
             rnr_retry: 7,
+            cq_entries: 1024,
         }
     }
 
@@ -439,6 +444,14 @@ pub enum Record {
     },
     /// A fault.
     Fault(Fault),
+    /// The application read the async event `IBV_EVENT_CQ_ERR` for its CQ of `queue`: the CQ
+    /// overran, the completion that did not fit and every later one aimed at it are lost, and
+    /// the QP that overflowed it is in ERR (rdmavt behaviour, docs/semantics-verbs.md "CQ
+    /// overrun"). Other async events are read and not recorded.
+    CqErr {
+        /// Which of the host's two CQs.
+        queue: Queue,
+    },
 }
 
 /// A record with its virtual time, host and host life.
@@ -641,6 +654,10 @@ fn hash_entry(h: &mut WordHash, e: &Entry) {
                 }
             }
         }
+        Record::CqErr { queue } => {
+            h.write_u8(9);
+            h.write_u8(queue as u8);
+        }
     }
 }
 
@@ -728,6 +745,7 @@ impl fmt::Display for Entry {
                 Some(t) => write!(f, "fault: crash, restart with amnesia at {} µs", t / 1000),
                 None => write!(f, "fault: crash for good"),
             },
+            Record::CqErr { queue } => write!(f, "async event CQ_ERR: {queue:?} CQ overrun"),
         }
     }
 }
@@ -986,6 +1004,7 @@ impl World {
 
     fn create_app(&mut self, h: usize, epoch: u8) -> Result<App, Error> {
         let max_cm_retries = self.cfg.cm_config(h, epoch).max_cm_retries;
+        let cqe = self.cfg.cq_entries;
         let node = self.node_mut(h)?;
         let (cm, dev) = node.host.split();
         let ch = cm.create_event_channel();
@@ -993,8 +1012,8 @@ impl World {
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
-        let send_cq = dev.create_cq(1024, None)?;
-        let recv_cq = dev.create_cq(1024, None)?;
+        let send_cq = dev.create_cq(cqe, None)?;
+        let recv_cq = dev.create_cq(cqe, None)?;
         let at = self.sim.now();
         self.push(at, h, epoch, Record::Boot { max_cm_retries });
         Ok(App {
@@ -1260,6 +1279,20 @@ impl World {
 
     fn poll_cqs(&mut self, h: usize, now: SimTime) {
         let app = self.apps[h];
+        while let Some(ev) = self
+            .sim
+            .endpoint_mut(h)
+            .and_then(|n| n.host.split().1.get_async_event())
+        {
+            if ev.event_type == AsyncEventType::CqErr {
+                let queue = if ev.element == AsyncElement::Cq(app.send_cq) {
+                    Queue::Send
+                } else {
+                    Queue::Recv
+                };
+                self.push(now, h, app.epoch, Record::CqErr { queue });
+            }
+        }
         let mut wcs = std::mem::take(&mut self.wcs);
         for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
             wcs.clear();
