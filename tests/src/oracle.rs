@@ -898,6 +898,19 @@ mod tests {
     }
 
     #[test]
+    fn s2_wr_lost_to_an_overrun_of_its_cq_is_not_a_violation() {
+        let mut h = without(orderly(), |e| {
+            matches!(e.rec, Record::Completion { wr_id: 4, .. })
+        });
+        h.push(at(60, 1, Record::CqErr { queue: Queue::Recv }));
+        assert_eq!(broken(h.clone()), []);
+        // The other CQ's overrun does not excuse it.
+        let last = h.len() - 1;
+        h[last] = at(60, 1, Record::CqErr { queue: Queue::Send });
+        assert_eq!(broken(h), [Invariant::S2]);
+    }
+
+    #[test]
     fn s2_wr_completed_twice_is_a_violation() {
         let mut h = orderly();
         h.insert(13, done(41, 0, 2, Queue::Send, WcStatus::Success, true));
