@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub max_unacked_psns: u32,
     /// Request packets between two that ask for an ACK.
     pub max_pkts_per_ack: u32,
+    /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`] last ran.
+    pub entered_err: BTreeSet<u32>,
 }
 
 impl Shared {
@@ -236,6 +238,7 @@ impl SimDevice {
             counters: Counters::default(),
             max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
             max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
+            entered_err: BTreeSet::new(),
         };
         let first = cfg.first_qpn & QPN_MASK;
         SimDevice {
@@ -290,6 +293,14 @@ impl SimDevice {
             }
         }
         self.sh.tx.pop_front()
+    }
+
+    /// The QPNs of the QPs that entered the ERR state (by `modify_qp`, a transport error or a
+    /// CQ overrun) since the last call, each once, in QPN order; destroyed QPs are left out.
+    /// Lets an observer (the testbed's World) follow QP states without querying every QP
+    /// after every event. At most one entry per QP, so it stays bounded if never taken.
+    pub fn take_entered_err(&mut self) -> BTreeSet<u32> {
+        std::mem::take(&mut self.sh.entered_err)
     }
 
     /// After an operation on QP `qpn`: it may have something to send, and its timers may have
@@ -805,6 +816,7 @@ impl Device for SimDevice {
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
         self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
         self.tx_pending.remove(&qp.0);
+        self.sh.entered_err.remove(&qp.0);
         self.sync_deadline(qp.0);
         Ok(())
     }

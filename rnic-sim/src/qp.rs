@@ -279,6 +279,7 @@ impl SimQp {
     pub fn enter_err(&mut self, sh: &mut Shared) {
         self.flush_pending_ack(sh);
         self.attr.qp_state = QpState::Err;
+        sh.entered_err.insert(self.qpn);
         while let Some(w) = self.sq.pop_front() {
             let wc = WorkCompletion::error(w.wr.wr_id, WcStatus::WrFlushErr, self.qpn);
             self.complete(sh, self.init.send_cq, wc, false);

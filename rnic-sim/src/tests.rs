@@ -1283,6 +1283,34 @@ fn transport_timers_are_indexed_per_qp_and_leave_with_the_qp() {
     let _ = &mut b;
 }
 
+/// `take_entered_err` reports each QP that entered ERR once, whatever moved it there, and
+/// forgets destroyed QPs.
+#[test]
+fn entered_err_reports_each_qp_once_and_forgets_destroyed_ones() {
+    let (mut a, mut b) = pair();
+    assert!(a.dev.take_entered_err().is_empty());
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    a.dev
+        .modify_qp(a.qp.handle, &err, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(
+        a.dev.take_entered_err().into_iter().collect::<Vec<_>>(),
+        [a.qp.qp_num]
+    );
+    assert!(a.dev.take_entered_err().is_empty(), "taken");
+    b.dev
+        .modify_qp(b.qp.handle, &err, QpAttrMask::STATE)
+        .unwrap();
+    b.dev.destroy_qp(b.qp.handle).unwrap();
+    assert!(
+        b.dev.take_entered_err().is_empty(),
+        "destroyed QPs are left out"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad packets
 

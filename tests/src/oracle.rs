@@ -33,7 +33,7 @@ use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
 use cm_core::api::CmEventType as E;
 use cm_core::wire::{CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ};
 use rnic_sim::fabric::DropReason;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use verbs_core::{SimTime, WcStatus};
 
@@ -194,8 +194,8 @@ struct Checker {
     queues: BTreeMap<QueueKey, (u64, bool)>,
     sometimes: Sometimes,
     /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
-    /// (cm-spec §4.4 step 2): (host, life, QPN, the call).
-    must_be_err: Vec<(u8, u8, u32, Entry)>,
+    /// (cm-spec §4.4 step 2): (host, life, QPN, the call), in history (= time) order.
+    must_be_err: VecDeque<(u8, u8, u32, Entry)>,
 }
 
 impl Checker {
@@ -441,7 +441,7 @@ impl Checker {
                     0
                 };
                 if errno == 0 && s.qpn != 0 {
-                    self.must_be_err.push((h, ep, s.qpn, *e));
+                    self.must_be_err.push_back((h, ep, s.qpn, *e));
                 }
                 if errno == 0 {
                     if s.established && s.disconnected == 0 {
@@ -559,14 +559,11 @@ impl Checker {
 
     /// S7 for the disconnects whose instant has passed: their QP went to ERR.
     fn settle_disconnects(&mut self, now: Option<SimTime>) {
-        let mut i = 0;
-        while i < self.must_be_err.len() {
-            let (h, ep, qpn, call) = self.must_be_err[i];
+        while let Some(&(h, ep, qpn, call)) = self.must_be_err.front() {
             if now.is_some_and(|t| t <= call.at) {
-                i += 1;
-                continue;
+                break;
             }
-            self.must_be_err.swap_remove(i);
+            self.must_be_err.pop_front();
             let hs = self.host(h);
             if hs.epoch == ep && !hs.err.contains(&qpn) {
                 self.violate(

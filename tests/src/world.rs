@@ -54,7 +54,7 @@ use rnic_sim::fabric::{
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
 use rnic_sim::{SimDevice, SimDeviceConfig, GSI_QPN};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
@@ -923,8 +923,11 @@ pub struct World {
     cfg: WorldConfig,
     apps: Vec<App>,
     history: History,
-    /// (host, epoch, QP, seen in ERR).
-    qps: Vec<(usize, u8, Qp, bool)>,
+    /// (host, epoch, QPN) → (QP, seen in ERR).
+    qps: BTreeMap<(usize, u8, u32), (Qp, bool)>,
+    /// Every CM event in the history by (host, epoch, id, type, history index), so that
+    /// waiting for one id's event does not scan the history.
+    event_index: BTreeSet<(u8, u8, u32, CmEventType, usize)>,
     /// Per host: every datagram it sent, in order (to name the fabric's drops).
     tx_meta: Vec<Vec<WireMsg>>,
     /// Per host: how many of its Sent events of the fabric trace were matched.
@@ -982,7 +985,8 @@ impl World {
                 deaf: vec![false; n],
                 ..History::default()
             },
-            qps: Vec::new(),
+            qps: BTreeMap::new(),
+            event_index: BTreeSet::new(),
             tx_meta: vec![Vec::new(); n],
             tx_matched: vec![0; n],
             packets: Vec::new(),
@@ -1035,6 +1039,10 @@ impl World {
     }
 
     fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
+        if let Record::Event { id, event, .. } = rec {
+            let index = self.history.entries.len();
+            self.event_index.insert((h as u8, epoch, id, event, index));
+        }
         self.history.entries.push(Entry {
             at,
             host: h as u8,
@@ -1454,32 +1462,27 @@ impl World {
         }
     }
 
+    /// Records the QPs of the application that entered ERR since the last call, as the
+    /// devices report them ([`SimDevice::take_entered_err`]; no per-QP query).
     fn refresh_qp_states(&mut self) {
-        let mut newly = Vec::new();
-        for (h, epoch, qp, err) in self.qps.iter_mut() {
-            if *err || *epoch != self.apps[*h].epoch {
-                continue;
-            }
-            let Some(node) = self.sim.endpoint(*h) else {
+        for h in 0..self.apps.len() {
+            let epoch = self.apps[h].epoch;
+            let Some(node) = self.sim.endpoint_mut(h) else {
                 continue;
             };
-            if let Ok((attr, _)) = node.host.nic().device().query_qp(qp.handle) {
-                if attr.qp_state == QpState::Err {
-                    *err = true;
-                    newly.push((*h, qp.qp_num));
+            for qpn in node.host.nic_mut().device_mut().take_entered_err() {
+                match self.qps.get_mut(&(h, epoch, qpn)) {
+                    Some((_, err)) if !*err => *err = true,
+                    _ => continue,
                 }
+                self.record(h, Record::QpErr { qpn });
             }
-        }
-        for (h, qpn) in newly {
-            self.record(h, Record::QpErr { qpn });
         }
     }
 
     fn qp_in_err(&self, h: usize, qpn: u32) -> bool {
         let epoch = self.apps[h].epoch;
-        self.qps
-            .iter()
-            .any(|&(qh, e, qp, err)| qh == h && e == epoch && qp.qp_num == qpn && err)
+        self.qps.get(&(h, epoch, qpn)).is_some_and(|q| q.1)
     }
 
     // ---- running ----
@@ -1579,19 +1582,24 @@ impl World {
         let limit = self.now().plus_nanos(QUIESCE_LIMIT_NS);
         loop {
             let epoch = self.epoch(h);
-            let found = self.history.entries[from..]
-                .iter()
-                .find_map(|e| match e.rec {
-                    Record::Event { id: i, event, .. }
-                        if usize::from(e.host) == h
-                            && e.epoch == epoch
-                            && event == kind
-                            && id.is_none_or(|x| x.0 == i) =>
-                    {
-                        Some(CmIdHandle(i))
-                    }
-                    _ => None,
-                });
+            let found = if let Some(id) = id {
+                let key = |i| (h as u8, epoch, id.0, kind, i);
+                self.event_index
+                    .range(key(from)..=key(usize::MAX))
+                    .next()
+                    .map(|_| id)
+            } else {
+                self.history.entries[from..]
+                    .iter()
+                    .find_map(|e| match e.rec {
+                        Record::Event { id: i, event, .. }
+                            if usize::from(e.host) == h && e.epoch == epoch && event == kind =>
+                        {
+                            Some(CmIdHandle(i))
+                        }
+                        _ => None,
+                    })
+            };
             if let Some(i) = found {
                 return Ok(i);
             }
@@ -1699,7 +1707,7 @@ impl World {
             Ok::<_, Error>((qp, cm.accept(dev, now, id, &param)))
         })??;
         let epoch = self.apps[h].epoch;
-        self.qps.push((h, epoch, qp, false));
+        self.qps.insert((h, epoch, qp.qp_num), (qp, false));
         self.record(
             h,
             Record::Call {
@@ -2026,9 +2034,8 @@ impl World {
     pub fn qps_of(&self, h: usize) -> Vec<Qp> {
         let epoch = self.epoch(h);
         self.qps
-            .iter()
-            .filter(|q| q.0 == h && q.1 == epoch)
-            .map(|q| q.2)
+            .range((h, epoch, 0)..=(h, epoch, u32::MAX))
+            .map(|(_, q)| q.0)
             .collect()
     }
 
@@ -2075,7 +2082,7 @@ impl World {
             let qp = cm.create_qp(dev, id, app.pd, &init)?;
             Ok::<_, Error>((id, qp))
         })??;
-        self.qps.push((h, app.epoch, qp, false));
+        self.qps.insert((h, app.epoch, qp.qp_num), (qp, false));
         Ok(End {
             host: h,
             epoch: app.epoch,

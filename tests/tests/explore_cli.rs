@@ -118,3 +118,98 @@ fn replay_prints_the_trace_hash_explore_digested_and_writes_a_mermaid_diagram() 
     let diagram = std::fs::read_to_string(&mmd).unwrap();
     assert!(diagram.starts_with("sequenceDiagram"), "{diagram}");
 }
+
+/// `tshark -r path -T fields -e …` rows, or `None` (after printing SKIP) when tshark is not
+/// installed and RNIC_REQUIRE_TSHARK is unset.
+fn tshark_fields(path: &std::path::Path, fields: &[&str]) -> Option<Vec<Vec<String>>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r")
+        .arg(path)
+        .args(["-T", "fields", "-E", "occurrence=f"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let Ok(out) = cmd.output() else {
+        assert!(
+            std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+            "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+        );
+        println!("SKIP replay pcap check: tshark not found on PATH");
+        return None;
+    };
+    assert!(out.status.success(), "tshark failed: {out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        text.lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect(),
+    )
+}
+
+#[test]
+fn replay_pcap_decodes_in_tshark_with_the_cm_messages_of_the_history() {
+    use rnic_testbed::world::Record;
+    // The first seeds whose hosts sent a whole handshake and an orderly disconnect.
+    let full = |seed: u64| {
+        let r = scenario::replay_seed(seed);
+        let sent: Vec<(u16, u32)> = r
+            .history
+            .entries
+            .iter()
+            .filter_map(|e| match e.rec {
+                Record::Wire { tx: true, msg, .. } if msg.attr != 0 => {
+                    Some((msg.attr, msg.local_comm_id))
+                }
+                _ => None,
+            })
+            .collect();
+        let attrs: Vec<u16> = sent.iter().map(|s| s.0).collect();
+        [0x10, 0x13, 0x14, 0x15, 0x16]
+            .iter()
+            .all(|a| attrs.contains(a))
+            .then_some((seed, sent))
+    };
+    let (seed, sent) = (0..200).find_map(full).expect("a seed with REQ…DREP");
+    let pcap = tmp(&format!("replay-{seed}.pcap"));
+    let out = rnic(&[
+        "replay",
+        "--seed",
+        &seed.to_string(),
+        "--quiet",
+        "--pcap",
+        pcap.to_str().unwrap(),
+    ]);
+    assert!(out.status.code().is_some(), "{out:?}");
+    let fields = [
+        "infiniband.bth.destqp",
+        "infiniband.mad.attributeid",
+        "infiniband.cm.req",
+        "infiniband.cm.rep",
+        "infiniband.cm.rtu.localcommid",
+        "infiniband.cm.dreq.localcommid",
+    ];
+    let Some(rows) = tshark_fields(&pcap, &fields) else {
+        return;
+    };
+    let hex = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let decoded: Vec<(u16, Option<u32>)> = rows
+        .iter()
+        .filter(|r| r[0] == "0x000001")
+        .map(|r| {
+            let attr = hex(&r[1]) as u16;
+            let comm = r[2..].iter().find(|f| !f.is_empty()).map(|f| hex(f));
+            (attr, comm)
+        })
+        .collect();
+    assert_eq!(
+        decoded.len(),
+        sent.len(),
+        "seed {seed}: {decoded:x?} vs {sent:x?}"
+    );
+    for ((attr, comm), (want_attr, want_comm)) in decoded.iter().zip(&sent) {
+        assert_eq!(attr, want_attr, "seed {seed}");
+        if [0x10, 0x13, 0x14, 0x15].contains(attr) {
+            assert_eq!(*comm, Some(*want_comm), "seed {seed}, attribute {attr:#x}");
+        }
+    }
+}

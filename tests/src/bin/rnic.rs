@@ -92,6 +92,20 @@ fn mtu(bytes: u32) -> Mtu {
     }
 }
 
+/// Writes `text` to stdout. When the reader has gone (`rnic replay … | head`), exits at once
+/// with status 141, as a process killed by SIGPIPE would, instead of panicking.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(141);
+    }
+}
+
 /// The command that started this process, for exact replay commands.
 fn program() -> String {
     std::env::args().next().unwrap_or_else(|| "rnic".into())
@@ -129,14 +143,14 @@ fn run_explore(
     };
     if json {
         match serde_json::to_string_pretty(&summary) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => emit(&(text + "\n")),
             Err(e) => {
                 eprintln!("rnic explore: {e}");
                 return ExitCode::from(2);
             }
         }
     } else {
-        print!("{summary}");
+        emit(&summary.render());
     }
     let blind = require_sometimes && !summary.blind_spots().is_empty();
     if blind {
@@ -155,16 +169,18 @@ fn run_explore(
 fn run_replay(seed: u64, mermaid: Option<PathBuf>, pcap: Option<PathBuf>, quiet: bool) -> ExitCode {
     let replay = scenario::replay_seed(seed);
     let r = &replay.report;
-    if !quiet {
-        print!("{}", replay.trace());
+    if quiet {
+        emit(&format!("seed {seed}: {}\n", r.faults));
+        for v in &r.violations {
+            emit(&format!("{v}\n"));
+        }
+    } else {
+        // Header (seed, faults), one line per record, then the violations.
+        emit(&replay.trace());
     }
-    println!("seed {seed} [{}]", r.faults);
-    println!("trace hash: {:016x}", r.trace_hash);
-    for v in &r.violations {
-        println!("VIOLATION {v}");
-    }
+    emit(&format!("trace hash: {:016x}\n", r.trace_hash));
     if !r.quiescent {
-        println!("NOT QUIESCENT at the end of the run");
+        emit("NOT QUIESCENT at the end of the run\n");
     }
     let mut writes = Vec::new();
     if let Some(path) = mermaid {
@@ -178,10 +194,13 @@ fn run_replay(seed: u64, mermaid: Option<PathBuf>, pcap: Option<PathBuf>, quiet:
             eprintln!("rnic replay: {}: {e}", path.display());
             return ExitCode::from(2);
         }
-        println!("wrote {}", path.display());
+        emit(&format!("wrote {}\n", path.display()));
     }
     let passed = r.violations.is_empty() && r.quiescent;
-    println!("verdict: {}", if passed { "PASS" } else { "FAIL" });
+    emit(&format!(
+        "verdict: {}\n",
+        if passed { "PASS" } else { "FAIL" }
+    ));
     if passed {
         ExitCode::SUCCESS
     } else {
