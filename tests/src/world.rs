@@ -12,7 +12,8 @@
 //!   SEND/WRITE payload is 8 bytes of `wr_id` then bytes derived from `(seed, wr_id)`
 //!   ([`payload_byte`]); a READ reads the peer's READ region, filled from `(seed, host)`;
 //! * every CM event read ([`Record::Event`]), with the id's local comm ID and TimeWait;
-//! * every QP the application sees move to ERR ([`Record::QpErr`]);
+//! * every QP the application sees move to ERR ([`Record::QpErr`]), and every overrun of its
+//!   CQs (the async event CQ_ERR, [`Record::CqErr`]; other async events are read and dropped);
 //! * every CM MAD sent or received ([`Record::Wire`]): attribute, comm IDs, REJ reason. They
 //!   are read from the raw datagram in the host's [`Endpoint`] wrapper (a few byte loads, no
 //!   decode); RC packets are only counted ([`History::rc_packets`]);
@@ -873,9 +874,17 @@ pub enum WorldError {
     NoHost(usize),
 }
 
-/// The oracle's verdict as an error (`w.check()?`).
-#[derive(Debug)]
+/// The oracle's verdict as an error (`w.check()?`). Its `Debug` is the readable report too,
+/// so that `w.check().unwrap()` and a test returning the error print the violations and
+/// their records.
 pub struct Violations(pub Vec<Violation>);
+
+impl fmt::Debug for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} oracle violation(s):", self.0.len())?;
+        fmt::Display::fmt(self, f)
+    }
+}
 
 impl fmt::Display for Violations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1292,12 +1301,12 @@ impl World {
             .endpoint_mut(h)
             .and_then(|n| n.host.split().1.get_async_event())
         {
+            let queue = match ev.element {
+                AsyncElement::Cq(cq) if cq == app.send_cq => Queue::Send,
+                AsyncElement::Cq(cq) if cq == app.recv_cq => Queue::Recv,
+                _ => continue,
+            };
             if ev.event_type == AsyncEventType::CqErr {
-                let queue = if ev.element == AsyncElement::Cq(app.send_cq) {
-                    Queue::Send
-                } else {
-                    Queue::Recv
-                };
                 self.push(now, h, app.epoch, Record::CqErr { queue });
             }
         }
