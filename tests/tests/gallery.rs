@@ -24,9 +24,29 @@
 //!    quiescence and checks the whole history with the oracle (S1–S7 of TESTING.md; L1–L3 too
 //!    after `w.heal()`). A failing check prints the violated invariant and the records.
 //!
+//! A copied test has this shape:
+//!
+//! ```text
+//! #[test]
+//! fn lost_dreq_is_retransmitted_after_the_dreq_timeout() {
+//!     let (mut w, c) = established();              // host 0 ⇄ host 1, ESTABLISHED
+//!     w.partition_one_way(0, 1, Some(MS));         // drop what host 0 sends in the next 1 ms
+//!     w.disconnect(c.active).unwrap();             // its DREQ is lost ...
+//!     answer(&mut w, c.active, c.passive);         // ... the retransmission arrives; host 1 answers
+//!     assert_eq!(sent(&mut w, 0, DREQ), 2);
+//!     w.check().unwrap();                          // S1–S7 over the whole history
+//! }
+//! ```
+//!
 //! Everything runs in virtual time: a 74 s DREQ give-up costs a few events, and a test that
 //! fails fails the same way every run. `w.history()` renders as a readable trace
 //! (`for e in &w.history().entries { println!("{e}") }`) when a test needs debugging.
+//!
+//! ## Sections
+//!
+//! Helpers · Handshake · `rdma_disconnect` row by row (§4.4) · disconnect sequences (§4.5) ·
+//! unanswered disconnect · races with connection setup · `rdma_destroy_id` per IB CM state
+//! (§3.3) · lost DREP · setup rejections · behaviour choices (TESTING.md) · regressions.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -859,8 +879,28 @@ fn destroy_timewait_sends_nothing_and_suppresses_timewait_exit() {
 }
 
 // =============================================================================================
-// Lost DREP
+// Lost DREQ, lost DREP
 // =============================================================================================
+
+/// The module docs' example: the first DREQ is lost, its retransmission one DREQ timeout
+/// (4608 ms) later is answered normally.
+#[test]
+fn lost_dreq_is_retransmitted_after_the_dreq_timeout() {
+    let (mut w, c) = established();
+    let t0 = w.now();
+    w.partition_one_way(0, 1, Some(MS)); // drop what host 0 sends in the next 1 ms
+    w.disconnect(c.active).unwrap(); // its DREQ is lost ...
+    answer(&mut w, c.active, c.passive); // ... the retransmission arrives; host 1 answers
+    assert_eq!(sent(&mut w, 0, DREQ), 2);
+    let one_way = 10_000; // the fabric's default delay, 10 µs
+    let t = time_of(&w, c.passive, E::Disconnected);
+    assert_eq!(t, t0.plus_nanos(DREQ_TIMEOUT_NS + one_way));
+    w.check().unwrap();
+    for e in [c.active, c.passive] {
+        assert_eq!(statuses(&w, e, E::Disconnected), [0]);
+        assert_eq!(statuses(&w, e, E::TimewaitExit), [0]);
+    }
+}
 
 /// `init` disconnects; the peer answers, and its DREP is dropped by a one-way partition
 /// peer → init from the instant it is sent until 1 ms later.
