@@ -32,7 +32,7 @@
 //!     let (mut w, c) = established();              // host 0 ⇄ host 1, ESTABLISHED
 //!     w.partition_one_way(0, 1, Some(MS));         // drop what host 0 sends in the next 1 ms
 //!     w.disconnect(c.active).unwrap();             // its DREQ is lost ...
-//!     answer(&mut w, c.active, c.passive);         // ... the retransmission arrives; host 1 answers
+//!     answer(&mut w, c.active, c.passive);         // ... resent 4608 ms later: host 1 answers
 //!     assert_eq!(sent(&mut w, 0, DREQ), 2);
 //!     w.check().unwrap();                          // S1–S7 over the whole history
 //! }
@@ -50,7 +50,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
-use cm_core::api::CmEventType as E;
+use cm_core::api::{CmEventType as E, CmIdHandle};
 use cm_core::engine::IbCmState;
 use cm_core::wire::{
     CmMessage, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA,
@@ -687,7 +687,7 @@ fn destroy_idle_and_listen_ids_sends_nothing() {
 
 /// Host 1 listens, host 0 connects; runs until host 1 has read the CONNECT_REQUEST (not
 /// accepted). Returns the active end and the passive id.
-fn requested(w: &mut World) -> (End, cm_core::api::CmIdHandle) {
+fn requested(w: &mut World) -> (End, CmIdHandle) {
     w.listen(1).unwrap();
     let a = w.connect(0, 1).unwrap();
     w.post_recvs(a, 2);
@@ -697,7 +697,7 @@ fn requested(w: &mut World) -> (End, cm_core::api::CmIdHandle) {
 
 /// The active id destroyed in `state` (REQ_SENT or MRA_REQ_RCVD) sends REJ 4 (TIMEOUT) whose
 /// ARI is its own CA GUID; the passive id gets REJECTED(4).
-fn assert_destroy_active_rejects_4(w: &mut World, a: End, pid: cm_core::api::CmIdHandle) {
+fn assert_destroy_active_rejects_4(w: &mut World, a: End, pid: CmIdHandle) {
     w.destroy(a).unwrap();
     w.qp_to_err(a).unwrap();
     w.wait_event(1, Some(pid), E::Rejected).unwrap();
@@ -890,7 +890,7 @@ fn lost_dreq_is_retransmitted_after_the_dreq_timeout() {
     let t0 = w.now();
     w.partition_one_way(0, 1, Some(MS)); // drop what host 0 sends in the next 1 ms
     w.disconnect(c.active).unwrap(); // its DREQ is lost ...
-    answer(&mut w, c.active, c.passive); // ... the retransmission arrives; host 1 answers
+    answer(&mut w, c.active, c.passive); // ... resent 4608 ms later: host 1 answers
     assert_eq!(sent(&mut w, 0, DREQ), 2);
     let one_way = 10_000; // the fabric's default delay, 10 µs
     let t = time_of(&w, c.passive, E::Disconnected);
