@@ -474,6 +474,7 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
         fast_timers: scenario.fast_timers,
         capture,
         rnr_retry: scenario.rnr_retry,
+        cq_entries: 1024,
     };
     let mut w = World::new(cfg)?;
     for (h, s) in scenario.hosts.iter().enumerate() {

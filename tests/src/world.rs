@@ -12,7 +12,8 @@
 //!   SEND/WRITE payload is 8 bytes of `wr_id` then bytes derived from `(seed, wr_id)`
 //!   ([`payload_byte`]); a READ reads the peer's READ region, filled from `(seed, host)`;
 //! * every CM event read ([`Record::Event`]), with the id's local comm ID and TimeWait;
-//! * every QP the application sees move to ERR ([`Record::QpErr`]);
+//! * every QP the application sees move to ERR ([`Record::QpErr`]), and every overrun of its
+//!   CQs (the async event CQ_ERR, [`Record::CqErr`]; other async events are read and dropped);
 //! * every CM MAD sent or received ([`Record::Wire`]): attribute, comm IDs, REJ reason. They
 //!   are read from the raw datagram in the host's [`Endpoint`] wrapper (a few byte loads, no
 //!   decode); RC packets are only counted ([`History::rc_packets`]);
@@ -45,10 +46,11 @@ use crate::host::Host;
 use crate::oracle::{self, Violation};
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
-use cm_core::engine::{CmConfig, IbCmId};
+use cm_core::engine::{CmConfig, IbCmId, IbCmState};
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::{
-    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, PathFaults, SimFabric, Simulation,
+    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, Partition, PathFaults, SimFabric,
+    Simulation,
 };
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
@@ -57,8 +59,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncElement, AsyncEventType, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle,
+    Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
@@ -135,6 +138,9 @@ pub struct WorldConfig {
     /// `rnr_retry_count` of connect/accept (0–7; 7 = retry RNR NAKs forever, as rdma_cm's
     /// default users set it).
     pub rnr_retry: u8,
+    /// Entries (CQEs) of each host's send CQ and receive CQ, shared by all its QPs (default
+    /// 1024). A small value lets a burst of completions overrun a CQ ([`Record::CqErr`]).
+    pub cq_entries: u32,
 }
 
 impl WorldConfig {
@@ -147,6 +153,7 @@ impl WorldConfig {
             fast_timers: false,
             capture: false,
             rnr_retry: 7,
+            cq_entries: 1024,
         }
     }
 
@@ -438,6 +445,14 @@ pub enum Record {
     },
     /// A fault.
     Fault(Fault),
+    /// The application read the async event `IBV_EVENT_CQ_ERR` for its CQ of `queue`: the CQ
+    /// overran, the completion that did not fit and every later one aimed at it are lost, and
+    /// the QP that overflowed it is in ERR (rdmavt behaviour, docs/semantics-verbs.md "CQ
+    /// overrun"). Other async events are read and not recorded.
+    CqErr {
+        /// Which of the host's two CQs.
+        queue: Queue,
+    },
 }
 
 /// A record with its virtual time, host and host life.
@@ -640,6 +655,10 @@ fn hash_entry(h: &mut WordHash, e: &Entry) {
                 }
             }
         }
+        Record::CqErr { queue } => {
+            h.write_u8(9);
+            h.write_u8(queue as u8);
+        }
     }
 }
 
@@ -727,6 +746,7 @@ impl fmt::Display for Entry {
                 Some(t) => write!(f, "fault: crash, restart with amnesia at {} µs", t / 1000),
                 None => write!(f, "fault: crash for good"),
             },
+            Record::CqErr { queue } => write!(f, "async event CQ_ERR: {queue:?} CQ overrun"),
         }
     }
 }
@@ -854,9 +874,17 @@ pub enum WorldError {
     NoHost(usize),
 }
 
-/// The oracle's verdict as an error (`w.check()?`).
-#[derive(Debug)]
+/// The oracle's verdict as an error (`w.check()?`). Its `Debug` is the readable report too,
+/// so that `w.check().unwrap()` and a test returning the error print the violations and
+/// their records.
 pub struct Violations(pub Vec<Violation>);
+
+impl fmt::Debug for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} oracle violation(s):", self.0.len())?;
+        fmt::Display::fmt(self, f)
+    }
+}
 
 impl fmt::Display for Violations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -989,6 +1017,7 @@ impl World {
 
     fn create_app(&mut self, h: usize, epoch: u8) -> Result<App, Error> {
         let max_cm_retries = self.cfg.cm_config(h, epoch).max_cm_retries;
+        let cqe = self.cfg.cq_entries;
         let node = self.node_mut(h)?;
         let (cm, dev) = node.host.split();
         let ch = cm.create_event_channel();
@@ -996,8 +1025,8 @@ impl World {
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
         let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
-        let send_cq = dev.create_cq(1024, None)?;
-        let recv_cq = dev.create_cq(1024, None)?;
+        let send_cq = dev.create_cq(cqe, None)?;
+        let recv_cq = dev.create_cq(cqe, None)?;
         let at = self.sim.now();
         self.push(at, h, epoch, Record::Boot { max_cm_retries });
         Ok(App {
@@ -1267,6 +1296,20 @@ impl World {
 
     fn poll_cqs(&mut self, h: usize, now: SimTime) {
         let app = self.apps[h];
+        while let Some(ev) = self
+            .sim
+            .endpoint_mut(h)
+            .and_then(|n| n.host.split().1.get_async_event())
+        {
+            let queue = match ev.element {
+                AsyncElement::Cq(cq) if cq == app.send_cq => Queue::Send,
+                AsyncElement::Cq(cq) if cq == app.recv_cq => Queue::Recv,
+                _ => continue,
+            };
+            if ev.event_type == AsyncEventType::CqErr {
+                self.push(now, h, app.epoch, Record::CqErr { queue });
+            }
+        }
         let mut wcs = std::mem::take(&mut self.wcs);
         for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
             wcs.clear();
@@ -1643,45 +1686,15 @@ impl World {
         Ok(id)
     }
 
-    /// Host `h` creates an id, resolves `to`:[`CM_PORT`], creates its QP (INIT) and connects.
+    /// Host `h` creates an id, resolves `to`:[`CM_PORT`], creates its QP (INIT) and connects
+    /// ([`resolve`](Self::resolve) then [`connect_resolved`](Self::connect_resolved)).
     ///
     /// # Errors
     /// The first failing rdma_cm call's error (the connect call's errno is recorded).
     pub fn connect(&mut self, h: usize, to: usize) -> Result<End, Error> {
-        self.observe();
-        let (ch, pd, init) = (self.apps[h].ch, self.apps[h].pd, self.qp_init(h));
-        let param = self.conn_param();
-        let r = self.cm_call(h, |cm, dev, now| {
-            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
-            cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
-            cm.resolve_route(id)?;
-            let qp = cm.create_qp(dev, id, pd, &init)?;
-            let r = cm.connect(dev, now, id, &param);
-            Ok::<_, Error>((id, qp, r))
-        })??;
-        let (id, qp, res) = r;
-        let epoch = self.apps[h].epoch;
-        self.qps.insert((h, epoch, qp.qp_num), (qp, false));
-        self.record(
-            h,
-            Record::Call {
-                call: Call::Connect {
-                    id: id.0,
-                    to: to as u8,
-                    qpn: qp.qp_num,
-                },
-                errno: errno_of(&res),
-            },
-        );
-        res?;
-        self.observe();
-        Ok(End {
-            host: h,
-            epoch,
-            id,
-            qp,
-            peer: to,
-        })
+        let e = self.resolve(h, to)?;
+        self.connect_call(e)?;
+        Ok(e)
     }
 
     /// Host `h` gives passive id `id` (from a CONNECT_REQUEST) a QP and accepts. The peer
@@ -1778,22 +1791,12 @@ impl World {
         r
     }
 
-    /// `rdma_destroy_id` of `e`'s id (recorded).
+    /// `rdma_destroy_id` of `e`'s id (recorded; see [`destroy_id`](Self::destroy_id)).
     ///
     /// # Errors
     /// EBUSY with un-acked events, EINVAL for an unknown id.
     pub fn destroy(&mut self, e: End) -> Result<(), Error> {
-        self.observe();
-        let r = self.cm_call(e.host, |cm, dev, now| cm.destroy_id(dev, now, e.id))?;
-        self.record(
-            e.host,
-            Record::Call {
-                call: Call::Destroy { id: e.id.0 },
-                errno: errno_of(&r),
-            },
-        );
-        self.observe();
-        r
+        self.destroy_id(e.host, e.id)
     }
 
     /// The application's verbs teardown of `e`'s QP: `ibv_modify_qp(ERR)` (flushes what is
@@ -2064,6 +2067,185 @@ impl World {
             }
         }
         self.history.healed_at = Some(now);
+    }
+    // ---- more calls and inspection (the regression gallery, tests/tests/gallery.rs) ----
+
+    /// Host `h`'s first half of [`connect`](Self::connect): `rdma_create_id`,
+    /// `rdma_resolve_addr`/`rdma_resolve_route` to `to`:[`CM_PORT`] and `rdma_create_qp` (QP
+    /// in INIT), without connecting. The ADDR/ROUTE_RESOLVED events are read by the next call
+    /// or run; the calls themselves are not recorded (the oracle knows the id from its events).
+    ///
+    /// # Errors
+    /// The first failing call's error.
+    pub fn resolve(&mut self, h: usize, to: usize) -> Result<End, Error> {
+        self.observe();
+        let app = *self
+            .apps
+            .get(h)
+            .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))?;
+        let init = self.qp_init(h);
+        let (id, qp) = self.cm_call(h, |cm, dev, _| {
+            let id = cm.create_id(app.ch, RdmaPortSpace::Tcp)?;
+            cm.resolve_addr(id, None, SocketAddr::new(host_ip(to), CM_PORT))?;
+            cm.resolve_route(id)?;
+            let qp = cm.create_qp(dev, id, app.pd, &init)?;
+            Ok::<_, Error>((id, qp))
+        })??;
+        self.qps.insert((h, app.epoch, qp.qp_num), (qp, false));
+        Ok(End {
+            host: h,
+            epoch: app.epoch,
+            id,
+            qp,
+            peer: to,
+        })
+    }
+
+    /// `rdma_connect` of an end made by [`resolve`](Self::resolve) (recorded with its errno).
+    ///
+    /// # Errors
+    /// What rdma_connect returns (EINVAL unless the id's route is resolved, cm-spec §4.3).
+    pub fn connect_resolved(&mut self, e: End) -> Result<(), Error> {
+        self.observe();
+        self.connect_call(e)
+    }
+
+    fn connect_call(&mut self, e: End) -> Result<(), Error> {
+        let param = self.conn_param();
+        let res = self.cm_call(e.host, |cm, dev, now| cm.connect(dev, now, e.id, &param))?;
+        self.record(
+            e.host,
+            Record::Call {
+                call: Call::Connect {
+                    id: e.id.0,
+                    to: e.peer as u8,
+                    qpn: e.qp.qp_num,
+                },
+                errno: errno_of(&res),
+            },
+        );
+        res?;
+        self.observe();
+        Ok(())
+    }
+
+    /// `rdma_destroy_id` of host `h`'s id `id` (recorded), e.g. a listener or a passive id
+    /// whose CONNECT_REQUEST was not accepted. Destroying the listener of
+    /// [`listen`](Self::listen) lets a later `listen` create a new one.
+    ///
+    /// # Errors
+    /// EBUSY with un-acked events of the id (cm-spec §4.6, TESTING.md behaviour choices),
+    /// EINVAL for an unknown id.
+    pub fn destroy_id(&mut self, h: usize, id: CmIdHandle) -> Result<(), Error> {
+        self.observe();
+        let r = self.cm_call(h, |cm, dev, now| cm.destroy_id(dev, now, id))?;
+        self.record(
+            h,
+            Record::Call {
+                call: Call::Destroy { id: id.0 },
+                errno: errno_of(&r),
+            },
+        );
+        if r.is_ok() {
+            if let Some(a) = self.apps.get_mut(h).filter(|a| a.listen == Some(id)) {
+                a.listen = None;
+            }
+        }
+        self.observe();
+        r
+    }
+
+    /// The state of `e`'s QP now (`ibv_query_qp`); `None` if the QP is gone (or of an
+    /// earlier life of the host).
+    pub fn qp_state(&self, e: End) -> Option<QpState> {
+        if self.epoch(e.host) != e.epoch {
+            return None;
+        }
+        let node = self.sim.endpoint(e.host)?;
+        let (attr, _) = node.host.nic().device().query_qp(e.qp.handle).ok()?;
+        Some(attr.qp_state)
+    }
+
+    /// The IB CM state (cm-spec §3.1) of host `h`'s rdma_cm id `id` now; `None` if the id is
+    /// unknown (destroyed) or has no IB CM id (never connected, or a listener).
+    pub fn ib_cm_state(&self, h: usize, id: CmIdHandle) -> Option<IbCmState> {
+        self.host(h)?.cm().ib_cm_state(id)
+    }
+
+    /// The CM events host `h`'s application read for id `id` in the host's current life, in
+    /// order: (time, type, status).
+    pub fn events_of(&self, h: usize, id: CmIdHandle) -> Vec<(SimTime, CmEventType, i32)> {
+        let epoch = self.epoch(h);
+        self.history
+            .of_host(h)
+            .filter(|e| e.epoch == epoch)
+            .filter_map(|e| match e.rec {
+                Record::Event {
+                    id: i,
+                    event,
+                    status,
+                    ..
+                } if i == id.0 => Some((e.at, event, status)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The status of WR `wr_id`'s first completion the application polled, `None` if it has
+    /// not completed.
+    pub fn wc_status(&self, wr_id: u64) -> Option<WcStatus> {
+        self.history.entries.iter().find_map(|e| match e.rec {
+            Record::Completion {
+                wr_id: w, status, ..
+            } if w == wr_id => Some(status),
+            _ => None,
+        })
+    }
+
+    /// The CM MADs host `h` sent in its current life, in order: (time, message), including
+    /// what the hosts queued at this instant (handed to the fabric first, as the next run
+    /// would). Filter by [`WireMsg::attr`] (`cm_core::wire::CM_DREQ_ATTR_ID`, …) for one kind.
+    pub fn sent_mads(&mut self, h: usize) -> Vec<(SimTime, WireMsg)> {
+        self.next_wake();
+        let epoch = self.epoch(h);
+        self.history
+            .of_host(h)
+            .filter(|e| e.epoch == epoch)
+            .filter_map(|e| match e.rec {
+                Record::Wire { tx: true, msg, .. } => Some((e.at, msg)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every datagram the fabric dropped so far: (sending host, what it was, why), in order.
+    /// RC packets read as attribute 0. Hands what the hosts queued at this instant to the
+    /// fabric first, as the next run would.
+    pub fn dropped(&mut self) -> Vec<(usize, WireMsg, DropReason)> {
+        self.next_wake();
+        self.history
+            .entries
+            .iter()
+            .filter_map(|e| match e.rec {
+                Record::Fault(Fault::Dropped { reason, msg }) => {
+                    Some((usize::from(e.host), msg, reason))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Cuts the network from host `from` to host `to` (one way; call twice for both) from now
+    /// for `for_ns` nanoseconds of virtual time, or until [`heal`](Self::heal) if `None`.
+    /// Virtual time makes a window around one instant drop exactly the datagrams sent in it.
+    pub fn partition_one_way(&mut self, from: usize, to: usize, for_ns: Option<u64>) {
+        let now = self.now();
+        let heal = for_ns.map(|d| now.plus_nanos(d));
+        self.sim
+            .fabric
+            .plan_mut()
+            .partitions
+            .push(Partition::one_way(host_ip(from), host_ip(to), now, heal));
     }
 }
 
