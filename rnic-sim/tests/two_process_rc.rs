@@ -103,7 +103,14 @@ fn connect(s: &Side, r: &Remote) {
     let (peer, peer_addr) = (r.info, r.addr);
     s.driver.handle().with(|nic, _| {
         nic.set_peer_addr(peer.gid, peer_addr);
-        connect_rc(nic.device_mut(), qp, &local, &peer, &RcParams::default()).unwrap();
+        // Real time on a shared machine: the peer process may reach RTR, or be scheduled,
+        // late. A 1.07 s ACK timeout (4.096 µs × 2^18) × 7 retries rides that out, where the
+        // default 67 ms × 7 ran out under load.
+        let params = RcParams {
+            timeout: 18,
+            ..RcParams::default()
+        };
+        connect_rc(nic.device_mut(), qp, &local, &peer, &params).unwrap();
         nic.req_notify_cq(s.cq, false).unwrap();
     });
 }
