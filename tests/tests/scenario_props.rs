@@ -157,6 +157,10 @@ struct RefHost {
     request_from: Option<u64>,
     /// Crashed at least once.
     crashed: bool,
+    /// A REQ of an earlier connect may be pending or still reach this host's listener (it
+    /// listened after that connect, or never answered it): which request is pending is no
+    /// longer sure.
+    stray_request: bool,
 }
 
 /// The link of the latest connect, for the ESTABLISHED prediction.
@@ -260,7 +264,7 @@ impl RefState {
         if !readable {
             return Some(false);
         }
-        if self.clean && l.listened && !l.touched {
+        if self.clean && l.listened && !l.touched && !self.hosts[h].stray_request {
             if self.now >= from + SETTLE_NS && self.now < from + FRESH_NS {
                 return Some(true);
             }
@@ -277,6 +281,10 @@ impl RefState {
         self.expect_applied = None;
         match *t {
             T::Listen(h) => {
+                let peer_connecting = self
+                    .link
+                    .is_some_and(|l| !l.listened && self.ends[l.active].host == 1 - h);
+                self.hosts[h].stray_request |= peer_connecting;
                 self.hosts[h].listening = true;
                 self.expect = Some(0);
             }
@@ -300,6 +308,8 @@ impl RefState {
                 });
                 self.hosts[h].cur = Some(i);
                 let listened = self.hosts[p].listening && self.up(p);
+                // An unanswered earlier request may still be pending.
+                self.hosts[p].stray_request |= self.hosts[p].request_from.is_some();
                 self.hosts[p].request_from = listened.then_some(self.now);
                 self.link = Some(Link {
                     active: i,
@@ -493,6 +503,7 @@ impl ReferenceStateMachine for ApiMachine {
                     cur: None,
                     request_from: None,
                     crashed: false,
+                    stray_request: false,
                 };
                 RefState {
                     seed,
