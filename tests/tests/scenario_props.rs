@@ -15,8 +15,8 @@
 //!    swarm's scenario space shrinks too (fewer steps, lower fault rates).
 //!
 //! Failures persist to the committed `tests/proptest-regressions/scenario_props.txt` (see its
-//! header and docs/explore.md, "Shrinking with proptest"). Cases: 64 state-machine cases and
-//! 128 scenarios by default; `PROPTEST_CASES=N` runs N of each.
+//! header and docs/explore.md, "Shrinking with proptest"). Cases: 256 state-machine cases and
+//! 256 scenarios by default; `PROPTEST_CASES=N` runs N of each.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -552,11 +552,14 @@ impl ReferenceStateMachine for ApiMachine {
         for h in 0..2 {
             let disconnected = s.cur(h).is_some_and(|e| e.answered_at.is_some());
             let peer_listens = s.hosts[1 - h].listening;
+            let arrived = s.hosts[h]
+                .request_from
+                .is_some_and(|t| s.now >= t + ARRIVE_NS);
             let all = [
                 (T::Listen(h), if s.hosts[h].listening { 0 } else { 4 }),
                 (T::Connect(h), if peer_listens { 4 } else { 1 }),
-                (T::Accept(h), 10),
-                (T::Reject(h), 1),
+                (T::Accept(h), if arrived { 10 } else { 1 }),
+                (T::Reject(h), if arrived { 2 } else { 1 }),
                 (T::Disconnect(h), if disconnected { 1 } else { 4 }),
                 (T::DisconnectListener(h), 1),
                 (T::Destroy(h), 1),
@@ -951,7 +954,7 @@ impl StateMachineTest for ApiMachine {
 }
 
 prop_state_machine! {
-    #![proptest_config(config(64))]
+    #![proptest_config(config(256))]
 
     /// Random scripts of API calls, time and faults on two hosts, against the reference model
     /// and the oracle.
@@ -959,13 +962,13 @@ prop_state_machine! {
     fn api_scripts_match_the_reference_model_and_pass_the_oracle(sequential 1..40 => ApiMachine);
 }
 
-/// The generator is not blind: in 256 cases the reference makes (and the World confirms) every
+/// The generator is not blind: in 1024 cases the reference makes (and the World confirms) every
 /// kind of prediction at least once.
 #[test]
 fn the_reference_predicts_every_kind_of_outcome() {
     use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
     let config = Config {
-        cases: 256,
+        cases: 1024,
         failure_persistence: None,
         ..Config::default()
     };
@@ -1112,7 +1115,7 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
 }
 
 proptest! {
-    #![proptest_config(config(128))]
+    #![proptest_config(config(256))]
 
     /// Generated scenarios pass the oracle and end quiescent.
     #[test]
