@@ -24,7 +24,7 @@ use cm_core::api::{CmEventType as E, CmIdHandle};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
-use rnic_sim::fabric::{FaultPlan, Partition, PathFaults};
+use rnic_sim::fabric::{FaultPlan, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_testbed::scenario::{
     self, Action, Faults, PartitionSpec, Scenario, Script, Step, Trigger,
 };
@@ -156,13 +156,15 @@ struct RefHost {
     /// The host's current connection (index into [`RefState::ends`]).
     cur: Option<usize>,
     /// A CONNECT_REQUEST may be pending: the peer's connect time.
-    request_from: Option<u64>,
+    request_from: Option<(u64, usize)>,
     /// Crashed at least once.
     crashed: bool,
     /// A REQ of an earlier connect may be pending or still reach this host's listener (it
     /// listened after that connect, or never answered it): which request is pending is no
     /// longer sure.
     stray_request: bool,
+    /// The last connect to this host while it did not listen.
+    unheard_req_at: Option<u64>,
 }
 
 /// The link of the latest connect, for the ESTABLISHED prediction.
@@ -262,15 +264,21 @@ impl RefState {
 
     /// The request the passive host would answer: certain or not.
     fn request_certain(&self, h: usize) -> Option<bool> {
-        let from = self.hosts[h].request_from?;
-        let l = self.link?;
+        let (from, a) = self.hosts[h].request_from?;
+        let l = self.link.filter(|l| l.active == a);
         let readable = self.hosts[h].mode != EventMode::NeverRead;
         if !readable {
             return Some(false);
         }
+        let l = l?;
         if self.clean && l.listened && !l.touched && !self.hosts[h].stray_request {
             // The REQ arrives after the 10 µs latency and stays pending until answered.
-            return Some(self.now >= from + ARRIVE_NS);
+            if self.now >= from + ARRIVE_NS {
+                return Some(true);
+            }
+            if self.now < from + DEFAULT_LATENCY_NS {
+                return Some(false);
+            }
         }
         None
     }
@@ -281,10 +289,11 @@ impl RefState {
         self.expect_applied = None;
         match *t {
             T::Listen(h) => {
-                let peer_connecting = self
-                    .link
-                    .is_some_and(|l| !l.listened && self.ends[l.active].host == 1 - h);
-                self.hosts[h].stray_request |= peer_connecting;
+                // A REQ sent while this host did not listen may still be in flight.
+                let in_flight = self.hosts[h]
+                    .unheard_req_at
+                    .is_some_and(|t| self.now < t + ARRIVE_NS);
+                self.hosts[h].stray_request |= in_flight;
                 self.hosts[h].listening = true;
                 self.expect = Some(0);
             }
@@ -308,9 +317,12 @@ impl RefState {
                 });
                 self.hosts[h].cur = Some(i);
                 let listened = self.hosts[p].listening && self.up(p);
+                if !listened {
+                    self.hosts[p].unheard_req_at = Some(self.now);
+                }
                 // An unanswered earlier request may still be pending.
                 self.hosts[p].stray_request |= self.hosts[p].request_from.is_some();
-                self.hosts[p].request_from = listened.then_some(self.now);
+                self.hosts[p].request_from = listened.then_some((self.now, i));
                 self.link = Some(Link {
                     active: i,
                     passive: None,
@@ -327,16 +339,17 @@ impl RefState {
                 self.expect_applied = applied;
                 // The answer surely finds the active side waiting for it (before its first
                 // REQ timeout): accept/reject return 0 and the setup completes.
-                let fresh = self.hosts[h]
-                    .request_from
-                    .is_some_and(|t| self.now < t + FRESH_NS);
+                let (at, a) = self.hosts[h].request_from.unwrap();
+                let fresh = self.now < at + FRESH_NS;
                 let certain = applied.filter(|&a| a && fresh);
                 self.expect = certain.map(|_| 0);
                 self.hosts[h].request_from = None;
                 // Nothing answered for sure: the request may still come and stay pending.
                 self.hosts[h].stray_request |= applied != Some(true);
-                let Some(mut l) = self.link else { return self };
+                // `applied` is only known for the current link's request.
+                let mut l = self.link.filter(|l| l.active == a);
                 if matches!(t, T::Reject(_)) {
+                    let Some(mut l) = l else { return self };
                     l.touched = true;
                     self.ends[l.active].init = false;
                     self.link = Some(l);
@@ -355,17 +368,19 @@ impl RefState {
                     answered_at: None,
                     disc_while_est: false,
                     dead: false,
-                    peer: Some(l.active),
+                    peer: Some(a),
                     posted: [0; 2],
                 });
-                self.ends[l.active].peer = Some(i);
-                self.ends[l.active].init = false;
+                self.ends[a].peer = Some(i);
+                self.ends[a].init = false;
                 self.hosts[h].cur = Some(i);
-                l.passive = Some(i);
-                if certain == Some(true) {
-                    l.accepted_at = Some(self.now);
+                if let Some(l) = &mut l {
+                    l.passive = Some(i);
+                    if certain == Some(true) {
+                        l.accepted_at = Some(self.now);
+                    }
+                    self.link = Some(*l);
                 }
-                self.link = Some(l);
             }
             T::PostRecv(h, n) => {
                 let e = &mut self.ends[self.hosts[h].cur.unwrap()];
@@ -513,6 +528,7 @@ impl ReferenceStateMachine for ApiMachine {
                     request_from: None,
                     crashed: false,
                     stray_request: false,
+                    unheard_req_at: None,
                 };
                 RefState {
                     seed,
@@ -554,7 +570,7 @@ impl ReferenceStateMachine for ApiMachine {
             let peer_listens = s.hosts[1 - h].listening;
             let arrived = s.hosts[h]
                 .request_from
-                .is_some_and(|t| s.now >= t + ARRIVE_NS);
+                .is_some_and(|(t, _)| s.now >= t + ARRIVE_NS);
             let all = [
                 (T::Listen(h), if s.hosts[h].listening { 0 } else { 4 }),
                 (T::Connect(h), if peer_listens { 4 } else { 1 }),
