@@ -43,8 +43,7 @@ const ARRIVE_NS: u64 = 15 * US;
 /// How long after `connect` the passive side's answer is certain to find the REQ still
 /// valid (below the first REQ timeout of the fast timers).
 const FRESH_NS: u64 = 5 * MS;
-/// DREQ retries with the fast timers end after ~16 × 12 ms; the reference predicts
-/// −ETIMEDOUT only when the peer did not answer at all.
+/// Invalid argument (rdma-core's errno value).
 const EINVAL: i32 = 22;
 /// rdma_destroy_id with an un-acked event (cm-spec §4.6, testbed choice).
 const EBUSY: i32 = 16;
@@ -118,8 +117,7 @@ enum T {
 #[derive(Debug, Clone, PartialEq)]
 struct RefEnd {
     host: usize,
-    /// The host's life.
-    epoch: u8,
+    /// Made by connect (else by accept).
     active: bool,
     /// The SUT surely has it (an accept the reference could not predict may have done nothing).
     certain: bool,
@@ -149,16 +147,13 @@ struct RefEnd {
 #[derive(Debug, Clone, PartialEq)]
 struct RefHost {
     mode: EventMode,
-    epoch: u8,
     /// Up from this time on (`None`: down for good).
     up_from: Option<u64>,
     listening: bool,
     /// The host's current connection (index into [`RefState::ends`]).
     cur: Option<usize>,
-    /// A CONNECT_REQUEST may be pending: the peer's connect time.
+    /// A CONNECT_REQUEST may be pending: the peer's connect time and active end.
     request_from: Option<(u64, usize)>,
-    /// Crashed at least once.
-    crashed: bool,
     /// A REQ of an earlier connect may be pending or still reach this host's listener (it
     /// listened after that connect, or never answered it): which request is pending is no
     /// longer sure.
@@ -302,7 +297,6 @@ impl RefState {
                 let i = self.ends.len();
                 self.ends.push(RefEnd {
                     host: h,
-                    epoch: self.hosts[h].epoch,
                     active: true,
                     certain: true,
                     rts: false,
@@ -358,7 +352,6 @@ impl RefState {
                 let i = self.ends.len();
                 self.ends.push(RefEnd {
                     host: h,
-                    epoch: self.hosts[h].epoch,
                     active: false,
                     certain: certain == Some(true),
                     rts: certain == Some(true),
@@ -403,9 +396,9 @@ impl RefState {
             }
             T::Disconnect(h) => {
                 let i = self.hosts[h].cur.unwrap();
-                let est = self.link.is_some_and(|l| {
-                    l.established && (l.active == i || l.passive == Some(i))
-                });
+                let est = self
+                    .link
+                    .is_some_and(|l| l.established && (l.active == i || l.passive == Some(i)));
                 let e = &mut self.ends[i];
                 // §4.4: 0 on any id that connected or accepted, whatever the CM state;
                 // EINVAL once destroyed (unknown id).
@@ -456,14 +449,10 @@ impl RefState {
             T::Crash(h, restart) => {
                 self.dirty();
                 let host = &mut self.hosts[h];
-                host.crashed = true;
                 host.listening = false;
                 host.request_from = None;
                 host.cur = None;
                 host.up_from = restart.map(|d| self.now + d.max(1));
-                if restart.is_some() {
-                    host.epoch += 1;
-                }
                 for e in self.ends.iter_mut().filter(|e| e.host == h) {
                     e.dead = true;
                 }
@@ -517,16 +506,20 @@ impl ReferenceStateMachine for ApiMachine {
     type Transition = T;
 
     fn init_state() -> BoxedStrategy<RefState> {
-        (any::<u64>(), 1..=6u8, mode_strategy(), mode_strategy(), any::<bool>())
+        (
+            any::<u64>(),
+            1..=6u8,
+            mode_strategy(),
+            mode_strategy(),
+            any::<bool>(),
+        )
             .prop_map(|(seed, rnr_retry, m0, m1, faulty)| {
                 let host = |mode| RefHost {
                     mode,
-                    epoch: 0,
                     up_from: Some(0),
                     listening: false,
                     cur: None,
                     request_from: None,
-                    crashed: false,
                     stray_request: false,
                     unheard_req_at: None,
                 };
@@ -627,8 +620,8 @@ struct Sut {
     request: [Option<CmIdHandle>; 2],
     listen: [Option<CmIdHandle>; 2],
     cursor: usize,
-    /// Armed "drop the next datagram" from this host, and the history length when armed.
-    drop_armed: Option<usize>,
+    /// Per host: "drop the next datagram(s) it sends" is armed.
+    drop_armed: [bool; 2],
 }
 
 impl Sut {
@@ -651,19 +644,22 @@ impl Sut {
         self.cursor = entries.len();
     }
 
-    /// Disarms the drop once the fabric dropped something from the armed host.
-    fn check_drop(&mut self, from: usize) {
-        let (a, b) = (host_ip(from), host_ip(1 - from));
-        let dropped = self.w.history().entries[self.cursor..].iter().any(|e| {
-            usize::from(e.host) == from
-                && matches!(
-                    e.rec,
-                    Record::Fault(rnic_testbed::world::Fault::Dropped { .. })
-                )
-        });
-        if dropped {
-            self.w.sim_mut().fabric.plan_mut().paths.remove(&(a, b));
-            self.drop_armed = None;
+    /// Disarms an armed drop once the fabric dropped something the host sent (since the
+    /// last [`learn`](Self::learn)): every datagram it sent at that instant.
+    fn check_drops(&mut self) {
+        for from in 0..2 {
+            let dropped = self.w.history().entries[self.cursor..].iter().any(|e| {
+                usize::from(e.host) == from
+                    && matches!(
+                        e.rec,
+                        Record::Fault(rnic_testbed::world::Fault::Dropped { .. })
+                    )
+            });
+            if self.drop_armed[from] && dropped {
+                let path = (host_ip(from), host_ip(1 - from));
+                self.w.sim_mut().fabric.plan_mut().paths.remove(&path);
+                self.drop_armed[from] = false;
+            }
         }
     }
 
@@ -671,9 +667,7 @@ impl Sut {
         let limit = self.w.now().plus_nanos(d);
         loop {
             let stepped = self.w.step(limit);
-            if let Some(from) = self.drop_armed {
-                self.check_drop(from);
-            }
+            self.check_drops();
             self.learn();
             if !stepped {
                 break;
@@ -702,7 +696,10 @@ fn seen(k: String) {
 fn assert_errno(what: &str, t: &T, expect: Option<i32>, got: i32) {
     if let Some(e) = expect {
         seen(format!("{what}={e}"));
-        assert_eq!(got, e, "{what}: {t:?} returned {got}, the reference predicts {e}");
+        assert_eq!(
+            got, e,
+            "{what}: {t:?} returned {got}, the reference predicts {e}"
+        );
     }
 }
 
@@ -742,7 +739,8 @@ fn disconnected(w: &World, e: End) -> Vec<i32> {
 
 fn has_event(w: &World, e: End, kind: E) -> bool {
     w.history().of_host(e.host).any(|x| {
-        x.epoch == e.epoch && matches!(x.rec, Record::Event { id, event, .. } if id == e.id.0 && event == kind)
+        x.epoch == e.epoch
+            && matches!(x.rec, Record::Event { id, event, .. } if id == e.id.0 && event == kind)
     })
 }
 
@@ -769,7 +767,7 @@ impl StateMachineTest for ApiMachine {
             request: [None; 2],
             listen: [None; 2],
             cursor: 0,
-            drop_armed: None,
+            drop_armed: [false; 2],
         }
     }
 
@@ -817,7 +815,11 @@ impl StateMachineTest for ApiMachine {
             }
             T::PostRecv(h, n) | T::Post(h, _, n) => {
                 if let Some(e) = sut.end(s, h) {
-                    let op = if let T::Post(_, op, _) = t { op } else { Op::Recv };
+                    let op = if let T::Post(_, op, _) = t {
+                        op
+                    } else {
+                        Op::Recv
+                    };
                     sut.w.post(e, op, n as usize);
                     assert_errno("post", &t, s.expect, last_call_errno(&sut.w));
                 }
@@ -864,8 +866,13 @@ impl StateMachineTest for ApiMachine {
                     ..PathFaults::perfect()
                 };
                 let (a, b) = (host_ip(from), host_ip(1 - from));
-                sut.w.sim_mut().fabric.plan_mut().paths.insert((a, b), lossy);
-                sut.drop_armed = Some(from);
+                sut.w
+                    .sim_mut()
+                    .fabric
+                    .plan_mut()
+                    .paths
+                    .insert((a, b), lossy);
+                sut.drop_armed[from] = true;
             }
             T::Partition {
                 from,
@@ -890,7 +897,7 @@ impl StateMachineTest for ApiMachine {
                         p.heal = Some(now);
                     }
                 }
-                sut.drop_armed = None;
+                sut.drop_armed = [false; 2];
             }
         }
         sut.learn();
@@ -936,7 +943,12 @@ impl StateMachineTest for ApiMachine {
             }
             let got = disconnected(&sut.w, end);
             seen("one DISCONNECTED".into());
-            assert_eq!(got.len(), 1, "end {i} (host {}): DISCONNECTED {got:?}", e.host);
+            assert_eq!(
+                got.len(),
+                1,
+                "end {i} (host {}): DISCONNECTED {got:?}",
+                e.host
+            );
             let Some(p) = e.peer.map(|p| &s.ends[p]) else {
                 continue;
             };
@@ -1080,19 +1092,19 @@ fn action_strategy(h: usize) -> impl Strategy<Value = Action> {
 }
 
 fn script_strategy(h: usize) -> impl Strategy<Value = Script> {
-    let step = (trigger_strategy(), action_strategy(h)).prop_map(|(when, action)| Step { when, action });
+    let step =
+        (trigger_strategy(), action_strategy(h)).prop_map(|(when, action)| Step { when, action });
     (mode_strategy(), prop::collection::vec(step, 0..8))
         .prop_map(|(events, steps)| Script { events, steps })
 }
 
 fn faults_strategy() -> impl Strategy<Value = Faults> {
-    let partition = (0..=40u64, 1..=40u64, any::<bool>()).prop_map(|(s, len, one_way)| {
-        PartitionSpec {
+    let partition =
+        (0..=40u64, 1..=40u64, any::<bool>()).prop_map(|(s, len, one_way)| PartitionSpec {
             start_ns: s * 3 * MS,
             heal_ns: (s + len) * 3 * MS,
             one_way,
-        }
-    });
+        });
     (
         0.0..0.3f64,
         0.0..0.5f64,
@@ -1101,14 +1113,16 @@ fn faults_strategy() -> impl Strategy<Value = Faults> {
         prop::collection::vec(partition, 0..=2),
         20..=40u64,
     )
-        .prop_map(|(loss, duplicate, corrupt, jitter_us, partitions, heal)| Faults {
-            loss,
-            duplicate,
-            corrupt,
-            jitter_ns: jitter_us * US,
-            partitions,
-            heal_at_ns: heal * 12 * MS,
-        })
+        .prop_map(
+            |(loss, duplicate, corrupt, jitter_us, partitions, heal)| Faults {
+                loss,
+                duplicate,
+                corrupt,
+                jitter_ns: jitter_us * US,
+                partitions,
+                heal_at_ns: heal * 12 * MS,
+            },
+        )
 }
 
 /// Two scripted hosts, a faulty network, fast timers: the shape of [`Scenario::generate`] as a
