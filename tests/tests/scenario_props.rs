@@ -656,6 +656,7 @@ impl Sut {
                     )
             });
             if self.drop_armed[from] && dropped {
+                seen("drop fired".into());
                 let path = (host_ip(from), host_ip(1 - from));
                 self.w.sim_mut().fabric.plan_mut().paths.remove(&path);
                 self.drop_armed[from] = false;
@@ -1029,6 +1030,7 @@ fn the_reference_predicts_every_kind_of_outcome() {
         "peer DISCONNECTED",
         "status 0",
         "status -110",
+        "drop fired",
     ] {
         assert!(seen.contains_key(k), "never predicted: {k}; {seen:?}");
     }
