@@ -1093,11 +1093,11 @@ fn action_strategy(h: usize) -> impl Strategy<Value = Action> {
     ]
 }
 
-fn script_strategy(h: usize) -> impl Strategy<Value = Script> {
+/// Host `h`'s event mode and up to 7 random steps (they shrink away).
+fn script_strategy(h: usize) -> impl Strategy<Value = (EventMode, Vec<Step>)> {
     let step =
         (trigger_strategy(), action_strategy(h)).prop_map(|(when, action)| Step { when, action });
     (mode_strategy(), prop::collection::vec(step, 0..8))
-        .prop_map(|(events, steps)| Script { events, steps })
 }
 
 fn faults_strategy() -> impl Strategy<Value = Faults> {
@@ -1128,22 +1128,51 @@ fn faults_strategy() -> impl Strategy<Value = Faults> {
 }
 
 /// Two scripted hosts, a faulty network, fast timers: the shape of [`Scenario::generate`] as a
-/// shrinkable strategy (steps shrink away, fault rates shrink towards 0).
+/// shrinkable strategy. Host 0 connects to host 1, host 1 listens and accepts (or, 1 in 10,
+/// rejects) the request; the random steps after that and the fault rates shrink (to fewer
+/// steps, towards 0).
 fn scenario_strategy() -> impl Strategy<Value = Scenario> {
+    let step = |when, action| Step { when, action };
     (
         any::<u64>(),
         script_strategy(0),
         script_strategy(1),
+        prop::bool::weighted(0.1),
         faults_strategy(),
         1..=6u8,
     )
-        .prop_map(|(seed, a, b, faults, rnr_retry)| Scenario {
-            seed,
-            hosts: vec![a, b],
-            faults,
-            fast_timers: true,
-            rnr_retry,
-        })
+        .prop_map(
+            move |(seed, (ev0, tail0), (ev1, tail1), reject, faults, rnr_retry)| {
+                let mut active = vec![step(Trigger::Now, Action::Connect { to: 1 })];
+                active.extend(tail0);
+                let answer = if reject {
+                    Action::Reject
+                } else {
+                    Action::Accept
+                };
+                let mut passive = vec![
+                    step(Trigger::Now, Action::Listen),
+                    step(Trigger::OnEvent(E::ConnectRequest), answer),
+                ];
+                passive.extend(tail1);
+                Scenario {
+                    seed,
+                    hosts: vec![
+                        Script {
+                            events: ev0,
+                            steps: active,
+                        },
+                        Script {
+                            events: ev1,
+                            steps: passive,
+                        },
+                    ],
+                    faults,
+                    fast_timers: true,
+                    rnr_retry,
+                }
+            },
+        )
 }
 
 proptest! {
