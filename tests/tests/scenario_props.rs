@@ -11,8 +11,10 @@
 //!    the oracle's safety checks (`check_now`) run after every transition, and at the end the
 //!    network is healed, the World runs to quiescence and the full oracle (S1–S7, L1–L3) runs.
 //! 2. [`scenario_strategy`]: a plain proptest over [`Scenario`] values (per-host scripts of
-//!    [`Step`]s and [`Faults`]) run through [`scenario::run`] and the oracle, so that the seed
-//!    swarm's scenario space shrinks too (fewer steps, lower fault rates).
+//!    [`Step`]s after a fixed connect/listen/accept-or-reject skeleton, and [`Faults`]) run
+//!    through [`scenario::run`] and the oracle, so that the seed swarm's scenario space shrinks
+//!    too (fewer steps, lower fault rates).
+//! 3. A coverage test: the reference makes every kind of prediction in 1024 fixed-seed cases.
 //!
 //! Failures persist to the committed `tests/proptest-regressions/scenario_props.txt` (see its
 //! header and docs/explore.md, "Shrinking with proptest"). Cases: 256 state-machine cases and
