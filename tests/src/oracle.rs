@@ -19,8 +19,8 @@
 //! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
 //!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
 //!   event is un-acked), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
-//!   accepted from INIT), by the state tracked from the history; other calls may return only
-//!   0 or EINVAL.
+//!   accepted from INIT; a deaf host's sends may be accepted: its QP reaches RTS unseen), by
+//!   the state tracked from the history; other calls may return only 0 or EINVAL.
 //! * **L1–L3** (only when the history was healed and is quiescent): an id on which disconnect
 //!   was called after ESTABLISHED gets exactly one DISCONNECTED (L1; unless a REJ came instead:
 //!   Linux cm.c enters TimeWait on a REJ in DREQ_SENT and rdma_cm reports REJECTED, §4.5); a DISCONNECTED(0) caused by
