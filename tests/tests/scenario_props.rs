@@ -26,7 +26,7 @@ use cm_core::api::{CmEventType as E, CmIdHandle};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
-use rnic_sim::fabric::{FaultPlan, Partition, PathFaults, DEFAULT_LATENCY_NS};
+use rnic_sim::fabric::{Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_testbed::scenario::{
     self, Action, Faults, PartitionSpec, Scenario, Script, Step, Trigger,
 };
@@ -753,12 +753,9 @@ impl StateMachineTest for ApiMachine {
 
     fn init_test(s: &RefState) -> Sut {
         let cfg = WorldConfig {
-            hosts: 2,
-            seed: s.seed,
-            faults: FaultPlan::new(PathFaults::perfect()),
             fast_timers: true,
-            capture: false,
             rnr_retry: s.rnr_retry,
+            ..WorldConfig::two_hosts(s.seed)
         };
         let mut w = World::new(cfg).unwrap();
         for h in 0..2 {
