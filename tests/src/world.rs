@@ -1775,9 +1775,11 @@ impl World {
     /// `rdma_disconnect` of `e`'s id (recorded with its errno).
     ///
     /// # Errors
-    /// What rdma_disconnect returns (cm-spec §4.4).
+    /// What rdma_disconnect returns (cm-spec §4.4); EINVAL for an `End` of an earlier life
+    /// of its host (not recorded).
     pub fn disconnect(&mut self, e: End) -> Result<(), Error> {
         self.observe();
+        self.current(e)?;
         let r = self.cm_call(e.host, |cm, dev, now| cm.disconnect(dev, now, e.id))?;
         self.record(
             e.host,
@@ -1794,8 +1796,9 @@ impl World {
     /// `rdma_destroy_id` of `e`'s id (recorded; see [`destroy_id`](Self::destroy_id)).
     ///
     /// # Errors
-    /// EBUSY with un-acked events, EINVAL for an unknown id.
+    /// EBUSY with un-acked events, EINVAL for an unknown id or an `End` of an earlier life.
     pub fn destroy(&mut self, e: End) -> Result<(), Error> {
+        self.current(e)?;
         self.destroy_id(e.host, e.id)
     }
 
@@ -1803,9 +1806,10 @@ impl World {
     /// posted).
     ///
     /// # Errors
-    /// The modify's error.
+    /// The modify's error; EINVAL for an `End` of an earlier life (not recorded).
     pub fn qp_to_err(&mut self, e: End) -> Result<(), Error> {
         self.observe();
+        self.current(e)?;
         let attr = QpAttr {
             qp_state: QpState::Err,
             ..QpAttr::default()
@@ -1830,12 +1834,28 @@ impl World {
         self.post(e, Op::Recv, n)
     }
 
+    /// `Ok` if `e` belongs to its host's current life: an [`End`] kept from before a crash
+    /// and restart names an id and QP of the old life, whose handles a new life may reuse.
+    ///
+    /// # Errors
+    /// EINVAL (not recorded: the call never reaches the host) for an unknown host or an
+    /// earlier life.
+    fn current(&self, e: End) -> Result<(), Error> {
+        match self.apps.get(e.host) {
+            Some(a) if a.epoch == e.epoch => Ok(()),
+            _ => Err(Error::new(
+                Errno::EINVAL,
+                "End of an earlier life of its host",
+            )),
+        }
+    }
+
     /// Posts `n` signaled WRs of `op` on `e`'s QP (SEND/WRITE: 8 bytes of `wr_id` + pattern,
     /// 16..=128 bytes; READ: a slot of the peer's READ region). The call and each accepted WR
     /// are recorded; returns the accepted `wr_id`s (a refused post returns fewer).
     pub fn post(&mut self, e: End, op: Op, n: usize) -> Vec<u64> {
         self.observe();
-        if e.host >= self.apps.len() || e.epoch != self.apps[e.host].epoch {
+        if self.current(e).is_err() {
             return Vec::new();
         }
         let seed = self.data_seed;

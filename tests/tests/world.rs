@@ -199,3 +199,39 @@ fn three_hosts_two_connections_to_one_server_with_data_and_simultaneous_disconne
     );
     Ok(())
 }
+
+/// An `End` kept across a crash and restart names the old life's id and QP: the World refuses
+/// it (EINVAL) instead of touching whatever the new life put behind the same handles.
+#[test]
+fn an_end_from_before_a_restart_is_refused_and_the_new_life_is_untouched() {
+    let cfg = WorldConfig {
+        hosts: 3,
+        ..WorldConfig::two_hosts(9).fast()
+    };
+    let mut w = World::new(cfg).unwrap();
+    let old = w.establish(0, 1).unwrap();
+    w.crash(0, Some(1_000_000)).unwrap();
+    w.run_for(2_000_000);
+    assert_eq!(w.epoch(0), 1);
+    // (Host 1 still holds the old connection: a REQ to it from the reused QPN would be a
+    // stale connection, REJ 10. Host 2 has never heard of it.)
+    let new = w.establish(0, 2).unwrap();
+    assert_eq!(
+        new.active.id, old.active.id,
+        "the new life reuses the handle"
+    );
+    for r in [
+        w.disconnect(old.active),
+        w.destroy(old.active),
+        w.qp_to_err(old.active),
+    ] {
+        assert_eq!(r.unwrap_err().errno, verbs_core::Errno::EINVAL);
+    }
+    assert!(w
+        .post(old.active, rnic_testbed::world::Op::Send, 1)
+        .is_empty());
+    assert_eq!(w.qp_state(new.active), Some(verbs_core::QpState::Rts));
+    w.disconnect(new.active).unwrap();
+    w.run_to_quiescence();
+    w.check().unwrap();
+}
