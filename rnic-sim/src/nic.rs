@@ -117,7 +117,9 @@ impl SimNic {
         self.dev
     }
 
-    fn peer_addr(&self, gid: Gid) -> SocketAddr {
+    /// The socket datagrams to `gid` go to: the one [`set_peer_addr`](Self::set_peer_addr)
+    /// gave, else the GID's IP on UDP port 4791.
+    pub fn peer_addr(&self, gid: Gid) -> SocketAddr {
         self.peers
             .get(&gid)
             .copied()

@@ -27,6 +27,8 @@ pub struct Host {
     cm: RdmaCm,
     learn_peers: bool,
     last_peer: Option<SocketAddr>,
+    pinned: Option<SocketAddr>,
+    foreign_drops: u64,
 }
 
 impl Host {
@@ -42,6 +44,8 @@ impl Host {
             cm,
             learn_peers: false,
             last_peer: None,
+            pinned: None,
+            foreign_drops: 0,
         })
     }
 
@@ -50,6 +54,24 @@ impl Host {
     /// port, e.g. several processes on one loopback IP ([`SimNic::set_peer_addr`]).
     pub fn set_learn_peers(&mut self, on: bool) {
         self.learn_peers = on;
+    }
+
+    /// Serve only `peer` among the sockets of its IP (`None`: all). Several processes on one
+    /// IP share one GID (the GID is the IP), so while a server is busy with one client, a
+    /// second client on the same IP would otherwise take over the GID's route and receive the
+    /// first one's packets. While pinned, datagrams from another socket of `peer`'s IP are
+    /// dropped and counted ([`foreign_drops`](Self::foreign_drops)); the second client's CM
+    /// retries its REQ until the server is free.
+    pub fn pin_peer(&mut self, peer: Option<SocketAddr>) {
+        self.pinned = peer;
+        if let Some(p) = peer {
+            self.nic.set_peer_addr(Gid::from_ip(p.ip()), p);
+        }
+    }
+
+    /// Datagrams dropped because they came from another socket of the pinned peer's IP.
+    pub fn foreign_drops(&self) -> u64 {
+        self.foreign_drops
     }
 
     /// The socket the last datagram came from, when learning peers.
@@ -88,6 +110,10 @@ impl Host {
 impl Endpoint for Host {
     /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        if self.pinned.is_some_and(|p| p.ip() == src.ip() && p != src) {
+            self.foreign_drops += 1;
+            return;
+        }
         if self.learn_peers {
             self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
             self.last_peer = Some(src);

@@ -349,6 +349,53 @@ fn ping_with_seeded_loss_recovers_by_retransmission() {
     assert!(retx(&c) + retx(&s) > 0, "{c:#}\n{s:#}");
 }
 
+/// Two clients on one IP share the GID the IP maps to. Started at the same moment against one
+/// server, the second must wait for the first (its REQ is dropped and retried while the
+/// server is busy) instead of taking over the first one's route: both connections pass, on
+/// both sides, one after the other.
+#[test]
+#[allow(clippy::disallowed_methods)] // two client processes at once, from two threads
+fn two_clients_at_once_are_served_one_after_the_other() {
+    let mut server = Command::new(RNIC)
+        .args(["ping", "--listen", "127.0.0.1:0", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr: SocketAddr = serde_json::from_str::<Value>(&line).unwrap()["listening"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let args = ["--count", "300", "--op", "send", "--json"];
+    let clients: Vec<(i32, String)> = std::thread::scope(|s| {
+        let a = s.spawn(|| run_client(&[], addr, &args));
+        let b = s.spawn(|| run_client(&[], addr, &args));
+        vec![a.join().unwrap(), b.join().unwrap()]
+    });
+    let mut served = Vec::new();
+    while served.len() < 2 {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "server ended early");
+        if let Ok(v) = serde_json::from_str::<Value>(&line) {
+            served.push(v);
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    for (code, text) in &clients {
+        assert_eq!(*code, 0, "{text}");
+        assert_eq!(report(text)["verdict"], "PASS", "{text}");
+    }
+    let peers: Vec<&str> = served.iter().map(|r| r["peer"].as_str().unwrap()).collect();
+    assert_ne!(peers[0], peers[1], "two different clients");
+    for r in &served {
+        assert_eq!(r["verdict"], "PASS", "{r:#}");
+    }
+}
+
 #[test]
 fn ping_exit_codes_on_failure() {
     // Nobody listens: the REQ retries run out, the client fails with exit 1.

@@ -32,7 +32,7 @@ use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use verbs_core::Mtu;
+use verbs_core::{Gid, Mtu};
 
 /// The largest `--size`, bytes (1 MiB).
 pub const MAX_SIZE: u32 = 1 << 20;
@@ -305,10 +305,22 @@ impl Server {
             });
             return Ok(None);
         };
+        // The client's socket: the route learned for the GID of the id's peer IP.
+        let id = ev.id;
         let peer = self
             .node
-            .last_peer()
+            .handle()
+            .with(|ep, _| {
+                let host = ep.inner().host();
+                let ip = host.cm().addrs(id).and_then(|(_, dst)| dst)?.ip();
+                Some(host.nic().peer_addr(Gid::from_ip(ip)))
+            })
             .unwrap_or(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0));
+        // One client at a time: another on the same IP (a second process on one host) waits,
+        // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
+        self.node
+            .handle()
+            .with(|ep, _| ep.inner_mut().host_mut().pin_peer(Some(peer)));
         let s = Session::new(
             &self.node,
             Role::Server,
@@ -320,6 +332,9 @@ impl Server {
             vec![ev],
         );
         let report = s.run();
+        self.node
+            .handle()
+            .with(|ep, _| ep.inner_mut().host_mut().pin_peer(None));
         if let Some(p) = self.pcap.as_mut() {
             p.write(&self.node)?;
         }
@@ -333,6 +348,16 @@ impl Server {
     pub fn shutdown(self) -> Result<(), PingError> {
         self.node.shutdown()
     }
+}
+
+/// A loopback address of this process's own, 127.a.b.c with `a` ≥ 1 taken from the process
+/// ID: each process is a simulated RNIC, and its GID is its IP, so two clients on 127.0.0.1
+/// would share a GID and the server could not tell their packets' destinations apart (real
+/// RNICs never share an IP). Every 127/8 address is the loopback interface on Linux.
+fn own_loopback_ip() -> IpAddr {
+    let pid = std::process::id();
+    let a = 1 + ((pid >> 16) % 254) as u8;
+    IpAddr::from([127, a, (pid >> 8) as u8, pid as u8])
 }
 
 /// A ping client: a node on a socket of the local IP that routes to the server.
@@ -355,6 +380,11 @@ impl Client {
     ) -> Result<Client, PingError> {
         side.validate()?;
         validate_wire(wire)?;
+        if server.ip().is_unspecified() || server.port() == 0 {
+            return Err(PingError::Options(format!(
+                "--connect {server}: give the server's address and port"
+            )));
+        }
         let probe = std::net::UdpSocket::bind(SocketAddr::new(
             match server {
                 SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
@@ -363,7 +393,10 @@ impl Client {
             0,
         ))?;
         probe.connect(server)?;
-        let ip = probe.local_addr()?.ip();
+        let ip = match probe.local_addr()?.ip() {
+            IpAddr::V4(v4) if v4.is_loopback() => own_loopback_ip(),
+            ip => ip,
+        };
         drop(probe);
         let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
         let node = Node::new("sim-client", SocketAddr::new(ip, 0), wire, pcap.is_some())?;
@@ -409,6 +442,9 @@ impl Client {
             setup,
         );
         let report = s.run();
+        self.node
+            .handle()
+            .with(|ep, _| ep.inner_mut().host_mut().pin_peer(None));
         if let Some(p) = self.pcap.as_mut() {
             p.write(&self.node)?;
         }

@@ -95,10 +95,36 @@ pub struct WireRecord {
     pub nic_rx: u64,
     /// What the fault layer dropped.
     pub faults: FaultStats,
+    /// Datagrams dropped because they came from another client on the peer's IP while this
+    /// connection was served ([`Host::pin_peer`](crate::host::Host::pin_peer)).
+    pub other_client_drops: u64,
     /// CM MADs retransmitted (REQ, REP, DREQ … resent after a timeout).
     pub cm_retransmits: u64,
     /// RC packets retransmitted after a transport timeout or NAK.
     pub rc_retransmits: u64,
+}
+
+impl WireRecord {
+    /// The counts since `start` (counters of the same node taken earlier).
+    pub fn since(&self, start: &WireRecord) -> WireRecord {
+        let f = &self.faults;
+        let g = &start.faults;
+        WireRecord {
+            nic_tx: self.nic_tx.saturating_sub(start.nic_tx),
+            nic_rx: self.nic_rx.saturating_sub(start.nic_rx),
+            faults: FaultStats {
+                dropped_tx: f.dropped_tx.saturating_sub(g.dropped_tx),
+                dropped_rx: f.dropped_rx.saturating_sub(g.dropped_rx),
+                killed_tx: f.killed_tx.saturating_sub(g.killed_tx),
+                killed_rx: f.killed_rx.saturating_sub(g.killed_rx),
+            },
+            other_client_drops: self
+                .other_client_drops
+                .saturating_sub(start.other_client_drops),
+            cm_retransmits: self.cm_retransmits.saturating_sub(start.cm_retransmits),
+            rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
+        }
+    }
 }
 
 /// What one side of one connection saw and concluded. `--json` prints it as one object.
@@ -213,13 +239,14 @@ impl PingReport {
         let w = &self.wire;
         let _ = writeln!(
             s,
-            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx); retransmits: {} CM, {} RC",
+            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC",
             w.nic_tx,
             w.nic_rx,
             w.faults.dropped_tx,
             w.faults.dropped_rx,
             w.faults.killed_tx,
             w.faults.killed_rx,
+            w.other_client_drops,
             w.cm_retransmits,
             w.rc_retransmits
         );

@@ -19,6 +19,7 @@ use cm_core::engine::CmConfig;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::{SimDevice, SimDeviceConfig};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -115,6 +116,10 @@ pub struct Node {
     pd: PdHandle,
     cfg: CmConfig,
     comp: CompChannel,
+    /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
+    /// while the server is busy): the next [`next_event`](Self::next_event) returns them
+    /// first.
+    deferred: RefCell<VecDeque<CmEvent>>,
 }
 
 impl Node {
@@ -172,6 +177,7 @@ impl Node {
             pd,
             cfg,
             comp,
+            deferred: RefCell::new(VecDeque::new()),
         })
     }
 
@@ -218,6 +224,9 @@ impl Node {
 
     /// The next CM event on the node's channel (acked), waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
+        if let Some(ev) = self.deferred.borrow_mut().pop_front() {
+            return Some(ev);
+        }
         let ch = self.ch;
         self.handle()
             .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
@@ -320,6 +329,8 @@ pub struct Session<'a> {
     stopped: Option<Stop>,
     failures: Vec<String>,
     established: bool,
+    /// The node's wire counters when the session started (a server's node serves many).
+    wire_start: WireRecord,
 }
 
 impl<'a> Session<'a> {
@@ -337,7 +348,9 @@ impl<'a> Session<'a> {
         setup_events: Vec<CmEvent>,
     ) -> Session<'a> {
         let recvs = side.recvs.max(1);
+        let wire_start = wire_counters(node);
         let mut s = Session {
+            wire_start,
             node,
             role,
             params,
@@ -464,6 +477,11 @@ impl<'a> Session<'a> {
         });
         self.generation = generation;
         for ev in evs {
+            if ev.id != self.id {
+                // Another connection's (the server serves one at a time).
+                node.deferred.borrow_mut().push_back(ev);
+                continue;
+            }
             self.record_event(&ev, now);
             self.pending.push_back(ev);
         }
@@ -659,15 +677,24 @@ impl<'a> Session<'a> {
         d.pause_at = self.kill_after.filter(|k| *k < count);
         let start = self.h().now();
         self.h().with(|ep, now| ep.inner_mut().start(d, now));
-        let ch = self.node.ch;
+        let (ch, id, deferred) = (self.node.ch, self.id, &self.node.deferred);
         let mut steps = 0;
         let outcome = loop {
             self.h().wait_until(self.timeout, |ep| {
                 ep.inner().data_settled() || ep.inner().host().cm().pending_events(ch) > 0
             });
-            let (outcome, now_steps, disconnected) = self.h().with(|ep, now| {
+            let (outcome, now_steps, own_events) = self.h().with(|ep, now| {
+                // This connection's CM events end the data phase; another client's (a
+                // CONNECT_REQUEST while the server is busy) wait for the next session.
+                let mut own = Vec::new();
+                while let Some(ev) = get_event(ep, ch) {
+                    if ev.id == id {
+                        own.push(ev);
+                    } else {
+                        deferred.borrow_mut().push_back(ev);
+                    }
+                }
                 let h = ep.inner_mut();
-                let cm = h.host().cm().pending_events(ch) > 0;
                 let d = h.data.as_mut();
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());
                 let n = d.as_ref().map_or(0, |d| d.steps);
@@ -678,8 +705,14 @@ impl<'a> Session<'a> {
                     ep.kill_peer();
                     ep.inner_mut().step(now);
                 }
-                (outcome, n, cm)
+                (outcome, n, (own, now))
             });
+            let (own, at) = own_events;
+            let disconnected = !own.is_empty();
+            for ev in own {
+                self.record_event(&ev, at);
+                self.pending.push_back(ev);
+            }
             match outcome {
                 Some(Outcome::Paused) => {
                     let (now, at) = (self.h().now(), self.kill_after.unwrap_or(0));
@@ -980,17 +1013,7 @@ impl<'a> Session<'a> {
                 mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
             })
         });
-        let wire = self.h().with(|ep, _| {
-            let host = ep.inner().host();
-            let nic = host.nic().datagram_counters();
-            WireRecord {
-                nic_tx: nic.tx_datagrams,
-                nic_rx: nic.rx_datagrams,
-                faults: ep.stats(),
-                cm_retransmits: host.cm().counters().tx_retransmits,
-                rc_retransmits: host.nic().device().counters().retries,
-            }
-        });
+        let wire = wire_counters(self.node).since(&self.wire_start);
         let passed = checks.iter().all(|c| c.ok);
         PingReport {
             role: self.role.name().into(),
@@ -1043,4 +1066,20 @@ pub fn conn_param() -> ConnParam {
         rnr_retry_count: 7,
         ..ConnParam::default()
     }
+}
+
+/// The node's wire counters since it started.
+fn wire_counters(node: &Node) -> WireRecord {
+    node.handle().with(|ep, _| {
+        let host = ep.inner().host();
+        let nic = host.nic().datagram_counters();
+        WireRecord {
+            nic_tx: nic.tx_datagrams,
+            nic_rx: nic.rx_datagrams,
+            faults: ep.stats(),
+            other_client_drops: host.foreign_drops(),
+            cm_retransmits: host.cm().counters().tx_retransmits,
+            rc_retransmits: host.nic().device().counters().retries,
+        }
+    })
 }
