@@ -101,6 +101,53 @@ pub struct Campaign {
     pub digest: String,
 }
 
+impl Campaign {
+    /// Checks that the numbers of a campaign (read back from JSON) add up: every range
+    /// non-empty, as many scenarios as seeds in the ranges, as many failing seeds listed as
+    /// failures counted, each inside a range, no counter above the scenarios.
+    ///
+    /// # Errors
+    /// What does not add up, in words.
+    pub fn check_consistent(&self) -> Result<(), String> {
+        let mut seeds: u64 = 0;
+        for r in &self.ranges {
+            if r[0] >= r[1] {
+                return Err(format!("empty or reversed range {}..{}", r[0], r[1]));
+            }
+            seeds = seeds
+                .checked_add(r[1] - r[0])
+                .ok_or_else(|| "ranges cover more than 2^64 seeds".to_string())?;
+        }
+        if seeds != self.scenarios {
+            return Err(format!(
+                "{} scenarios for {seeds} seeds in its ranges",
+                self.scenarios
+            ));
+        }
+        if self.failing.len() as u64 != self.failures {
+            return Err(format!(
+                "{} failures counted, {} listed",
+                self.failures,
+                self.failing.len()
+            ));
+        }
+        if let Some(f) = self
+            .failing
+            .iter()
+            .find(|f| !self.ranges.iter().any(|r| (r[0]..r[1]).contains(&f.seed)))
+        {
+            return Err(format!("failing seed {} outside its ranges", f.seed));
+        }
+        if let Some((name, n)) = self.sometimes.iter().find(|(_, &n)| n > self.scenarios) {
+            return Err(format!(
+                "{name} = {n} is more than the {} scenarios",
+                self.scenarios
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How long a run took: varies between runs and machines, so kept out of [`Campaign`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
@@ -138,6 +185,9 @@ pub enum MergeError {
     /// A digest that is not 16 hex digits.
     #[error("bad digest {0:?}")]
     Digest(String),
+    /// A summary whose numbers do not add up (edited or truncated).
+    #[error("inconsistent summary: {0}")]
+    Inconsistent(String),
 }
 
 /// The per-seed term of [`Campaign::digest`] (a splitmix64 finaliser of seed and hash).
@@ -321,6 +371,7 @@ impl Summary {
                 return Err(MergeError::Format(s.format));
             }
             let c = &s.campaign;
+            c.check_consistent().map_err(MergeError::Inconsistent)?;
             let digest = u64::from_str_radix(&c.digest, 16)
                 .map_err(|_| MergeError::Digest(c.digest.clone()))?;
             let mut sometimes = [0u64; 7];
@@ -465,6 +516,26 @@ mod tests {
             Err(MergeError::Overlap(0, 100, 50, 150))
         );
         assert_eq!(Summary::merge(&[]), Err(MergeError::Empty));
+    }
+
+    #[test]
+    fn merge_refuses_summaries_whose_numbers_do_not_add_up() {
+        let good = explore(&opts(0, 20, 1));
+        let edits: [fn(&mut Campaign); 4] = [
+            |c| c.ranges = vec![[20, 0]],
+            |c| c.scenarios = 5,
+            |c| c.failures = 1,
+            |c| {
+                c.sometimes.insert("drep_lost".into(), 21);
+            },
+        ];
+        for edit in edits {
+            let mut bad = good.clone();
+            edit(&mut bad.campaign);
+            let r = Summary::merge(&[bad]);
+            assert!(matches!(r, Err(MergeError::Inconsistent(_))), "{r:?}");
+        }
+        assert!(Summary::merge(&[good]).is_ok());
     }
 
     #[test]

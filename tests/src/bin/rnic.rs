@@ -41,15 +41,15 @@ enum Command {
     /// by the oracle (S1–S7, L1–L3). Prints a summary with the "sometimes" counters and the
     /// replay command of every failing seed; exits 1 if any seed failed.
     Explore {
-        /// Number of seeds (scenarios) to run.
-        #[arg(long, default_value_t = 10_000)]
+        /// Number of seeds (scenarios) to run (≥ 1; `--start + --seeds` at most 2^64 − 1).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
         /// First seed; a shard of a larger campaign runs `--start K*N --seeds N`.
         #[arg(long, default_value_t = 0)]
         start: u64,
         /// Worker threads (default: all cores). The summary is the same whatever the value.
-        #[arg(long)]
-        jobs: Option<usize>,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+        jobs: Option<u64>,
         /// Print the summary as one JSON object on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -224,10 +224,17 @@ fn main() -> ExitCode {
             require_sometimes,
             merge,
         } => {
+            if start.checked_add(seeds).is_none() {
+                eprintln!(
+                    "rnic explore: --start {start} --seeds {seeds} runs past the last seed \
+                     (2^64 − 2); `replay --seed` takes any seed"
+                );
+                return ExitCode::from(2);
+            }
             let opts = ExploreOptions {
                 start,
                 seeds,
-                jobs: jobs.unwrap_or_else(explore::default_jobs),
+                jobs: jobs.map_or_else(explore::default_jobs, |j| j as usize),
                 progress: !json,
                 program: program(),
             };

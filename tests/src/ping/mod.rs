@@ -144,7 +144,7 @@ pub struct WireOptions {
     /// Seed of the drop decisions (`--seed`).
     pub seed: u64,
     /// Short CM and transport timers (`--fast-timers`): DREQ gives up (-110) after ≈ 120 ms,
-    /// RC retries (RETRY_EXC_ERR) after ≈ 70 ms, TimeWait 8 ms. Otherwise Linux's defaults.
+    /// RC retries (RETRY_EXC_ERR) after ≈ 134 ms, TimeWait 16 ms. Otherwise Linux's defaults.
     pub fast_timers: bool,
     /// Path MTU.
     pub mtu: Mtu,
@@ -218,7 +218,8 @@ struct PcapSink {
 
 impl PcapSink {
     fn create(path: &Path) -> Result<PcapSink, PingError> {
-        let f = File::create(path)?;
+        let f =
+            File::create(path).map_err(|e| PingError::Pcap(format!("{}: {e}", path.display())))?;
         let w = PcapWriter::new(f).map_err(|e| PingError::Pcap(e.to_string()))?;
         Ok(PcapSink {
             path: path.to_path_buf(),

@@ -91,7 +91,8 @@ pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
         ..CmConfig::default()
     };
     if w.fast_timers {
-        // PLT 4 ms, ACK delay 4 ms: av.timeout 11 → RC timeout 8.4 ms, TimeWait 8 ms;
+        // PLT 4 ms, ACK delay 4 ms: av.timeout = cm_ack_timeout = 12 → RC ACK timeout
+        // 16.8 ms (RETRY_EXC_ERR after 8 tries ≈ 134 ms), TimeWait ms(12) = 16 ms;
         // DREQ/REQ timeout 2·4 + 16 = 24 ms, 4 retries: -110 after 5 × 24 ms (cm-spec §3.2).
         cfg.packet_life_time = 10;
         cfg.ack_delay = 10;
