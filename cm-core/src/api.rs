@@ -98,6 +98,21 @@ pub struct ConnParam {
     pub qp_num: u32,
 }
 
+impl ConnParam {
+    /// What rdma-core's `rping` passes to `rdma_connect`/`rdma_accept`: one RDMA READ in
+    /// flight each way (`responder_resources = initiator_depth = 1`), `retry_count` 7,
+    /// `rnr_retry_count` 7 (retry RNR NAKs forever), no private data [rping.c].
+    pub fn rping_defaults() -> ConnParam {
+        ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }
+    }
+}
+
 /// The connection parameters an event carries (`event->param.conn`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ConnEventParam {

@@ -135,13 +135,7 @@ impl World {
 
     /// One connection lifetime (module docs).
     fn connection(&mut self) {
-        let param = ConnParam {
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..ConnParam::default()
-        };
+        let param = ConnParam::rping_defaults();
         let cid = {
             let (cm, _) = self.sim.endpoint_mut(CLIENT).unwrap().split();
             let id = cm.create_id(self.ch[CLIENT], RdmaPortSpace::Tcp).unwrap();

@@ -1643,11 +1643,8 @@ impl World {
 
     fn conn_param(&self) -> ConnParam {
         ConnParam {
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
             rnr_retry_count: self.cfg.rnr_retry.min(7),
-            ..ConnParam::default()
+            ..ConnParam::rping_defaults()
         }
     }
 

@@ -103,13 +103,7 @@ fn resources(cm: &mut RdmaCm, dev: &mut SimDevice, id: CmIdHandle) -> (Qp, Mr, C
 }
 
 fn conn_param() -> ConnParam {
-    ConnParam {
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
+    ConnParam::rping_defaults()
 }
 
 fn qp_state(sim: &Simulation<Host>, h: usize, qp: Qp) -> QpState {

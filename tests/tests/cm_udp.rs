@@ -191,13 +191,7 @@ impl Node {
 }
 
 fn conn_param() -> ConnParam {
-    ConnParam {
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
+    ConnParam::rping_defaults()
 }
 
 fn pattern(len: u32) -> Vec<u8> {

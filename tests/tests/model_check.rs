@@ -287,13 +287,7 @@ fn gid(h: usize) -> Gid {
 }
 
 fn conn_param() -> ConnParam {
-    ConnParam {
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
+    ConnParam::rping_defaults()
 }
 
 /// Moves every packet both devices want to send, losslessly, until both are idle (setup only).

@@ -513,10 +513,6 @@ pub fn qp_init() -> QpInitAttr {
 pub fn conn_param() -> ConnParam {
     ConnParam {
         private_data: b"hello".to_vec(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        qp_num: 0,
+        ..ConnParam::rping_defaults()
     }
 }

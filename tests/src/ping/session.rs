@@ -1060,13 +1060,7 @@ fn latency(ns: &mut [u64]) -> Option<Latency> {
 /// The connection parameters both sides use: one RDMA READ in flight, retry_cnt 7, RNR retry
 /// 7 (infinite).
 pub fn conn_param() -> ConnParam {
-    ConnParam {
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        ..ConnParam::default()
-    }
+    ConnParam::rping_defaults()
 }
 
 /// The node's wire counters since it started.
