@@ -443,9 +443,6 @@ impl Client {
             setup,
         );
         let report = s.run();
-        self.node
-            .handle()
-            .with(|ep, _| ep.inner_mut().host_mut().pin_peer(None));
         if let Some(p) = self.pcap.as_mut() {
             p.write(&self.node)?;
         }
