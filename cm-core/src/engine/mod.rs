@@ -1198,9 +1198,9 @@ impl CmEngine {
         }
         let id = self.create_id();
         let plt = r.primary_path.local_ack_timeout.saturating_sub(1);
-        let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu)
-            .unwrap_or(self.cfg.path_mtu)
-            .min(self.cfg.path_mtu);
+        // The REQ's path MTU, as is: both ends must run the same one, and the REP carries
+        // none back (Linux cm_req_handler: `path_mtu = cm_req_get_path_mtu(req_msg)`).
+        let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu).unwrap_or(self.cfg.path_mtu);
         if let Some(c) = conn_mut!(self, id) {
             c.state = IbCmState::ReqRcvd;
             c.remote_comm_id = r.local_comm_id;

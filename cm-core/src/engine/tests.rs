@@ -75,6 +75,28 @@ fn connect(a: &mut CmEngine, b: &mut CmEngine) -> (IbCmId, IbCmId) {
     (ia, ib)
 }
 
+/// Both ends must run one path MTU and the REP carries none back: the passive side takes the
+/// REQ's, even above its own configured one (Linux cm_req_handler; a smaller one made the
+/// active side's first full-MTU packet a REM_INV_REQ_ERR at the passive responder).
+#[test]
+fn passive_side_takes_the_path_mtu_of_the_req() {
+    let mut a = CmEngine::new(CmConfig {
+        ca_guid: 0xA,
+        seed: 1,
+        path_mtu: Mtu::Mtu4096,
+        ..CmConfig::default()
+    });
+    let mut b = CmEngine::new(CmConfig {
+        ca_guid: 0xB,
+        seed: 2,
+        path_mtu: Mtu::Mtu1024,
+        ..CmConfig::default()
+    });
+    let (ia, ib) = connect(&mut a, &mut b);
+    assert_eq!(a.qp_params(ia).unwrap().path_mtu, Mtu::Mtu4096);
+    assert_eq!(b.qp_params(ib).unwrap().path_mtu, Mtu::Mtu4096);
+}
+
 #[test]
 fn handshake_reaches_established_with_crossed_psns() {
     let (mut a, mut b) = pair();
