@@ -103,8 +103,9 @@ pub struct Campaign {
 
 impl Campaign {
     /// Checks that the numbers of a campaign (read back from JSON) add up: every range
-    /// non-empty, as many scenarios as seeds in the ranges, as many failing seeds listed as
-    /// failures counted, each inside a range, no counter above the scenarios.
+    /// non-empty, as many scenarios as seeds in the ranges (and no digest without them), as
+    /// many failing seeds listed as failures counted, each inside a range, every "sometimes"
+    /// counter present, none unknown, none above the scenarios.
     ///
     /// # Errors
     /// What does not add up, in words.
@@ -137,6 +138,22 @@ impl Campaign {
             .find(|f| !self.ranges.iter().any(|r| (r[0]..r[1]).contains(&f.seed)))
         {
             return Err(format!("failing seed {} outside its ranges", f.seed));
+        }
+        if self.scenarios == 0 && self.digest != format!("{:016x}", 0) {
+            return Err("a digest without scenarios".into());
+        }
+        if let Some(name) = Sometimes::NAMES
+            .iter()
+            .find(|name| !self.sometimes.contains_key(**name))
+        {
+            return Err(format!("counter {name} missing"));
+        }
+        if let Some(name) = self
+            .sometimes
+            .keys()
+            .find(|k| !Sometimes::NAMES.contains(&k.as_str()))
+        {
+            return Err(format!("unknown counter {name}"));
         }
         if let Some((name, n)) = self.sometimes.iter().find(|(_, &n)| n > self.scenarios) {
             return Err(format!(
@@ -404,8 +421,14 @@ impl Summary {
         })
     }
 
-    /// The human-readable summary `rnic explore` prints.
+    /// The human-readable summary `rnic explore` prints; its verdict is [`passed`](Self::passed).
     pub fn render(&self) -> String {
+        self.render_requiring(false)
+    }
+
+    /// [`render`](Self::render), with a verdict that also fails on a "sometimes" counter at
+    /// zero when `require_sometimes` (`--require-sometimes`).
+    pub fn render_requiring(&self, require_sometimes: bool) -> String {
         let c = &self.campaign;
         let mut s = String::new();
         let ranges: Vec<String> = c
@@ -460,11 +483,14 @@ impl Summary {
             );
         }
         let _ = writeln!(s, "campaign digest: {}", c.digest);
-        let _ = writeln!(
-            s,
-            "verdict: {}",
-            if self.passed() { "PASS" } else { "FAIL" }
-        );
+        let verdict = if !self.passed() {
+            "FAIL"
+        } else if require_sometimes && !blind.is_empty() {
+            "FAIL (--require-sometimes: a counter is zero)"
+        } else {
+            "PASS"
+        };
+        let _ = writeln!(s, "verdict: {verdict}");
         s
     }
 }
@@ -521,12 +547,22 @@ mod tests {
     #[test]
     fn merge_refuses_summaries_whose_numbers_do_not_add_up() {
         let good = explore(&opts(0, 20, 1));
-        let edits: [fn(&mut Campaign); 4] = [
+        let edits: [fn(&mut Campaign); 7] = [
             |c| c.ranges = vec![[20, 0]],
             |c| c.scenarios = 5,
             |c| c.failures = 1,
             |c| {
                 c.sometimes.insert("drep_lost".into(), 21);
+            },
+            |c| {
+                c.sometimes.remove("drep_lost");
+            },
+            |c| {
+                c.sometimes.insert("made_up".into(), 1);
+            },
+            |c| {
+                c.ranges.clear();
+                c.scenarios = 0;
             },
         ];
         for edit in edits {

@@ -155,7 +155,7 @@ fn run_explore(
             }
         }
     } else {
-        emit(&summary.render());
+        emit(&summary.render_requiring(require_sometimes));
     }
     let blind = require_sometimes && !summary.blind_spots().is_empty();
     if blind {

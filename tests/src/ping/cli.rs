@@ -118,8 +118,12 @@ pub fn main(a: &PingArgs) -> u8 {
 }
 
 fn run(a: &PingArgs) -> Result<bool, PingError> {
-    if !a.timeout.is_finite() || a.timeout <= 0.0 {
-        return Err(PingError::Options("--timeout must be > 0".into()));
+    // (NaN fails both comparisons.)
+    if !(a.timeout > 0.0 && a.timeout <= 1e6) {
+        return Err(PingError::Options(format!(
+            "--timeout {}: give seconds, more than 0 and at most 1000000",
+            a.timeout
+        )));
     }
     let side = SideOptions {
         recvs: a.recvs,

@@ -15,7 +15,7 @@ use super::wire::FaultyEndpoint;
 use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
 use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel};
-use cm_core::engine::CmConfig;
+use cm_core::engine::{CmConfig, IbCmState};
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::{SimDevice, SimDeviceConfig};
@@ -855,8 +855,19 @@ impl<'a> Session<'a> {
                 None
             }
         };
+        // The peer's DREQ needs our rdma_disconnect (its DREP) before TimeWait: always when
+        // we did not initiate, and when we did but the two DREQs crossed (our id is then in
+        // DREQ_RCVD, cm-spec §4.5).
+        let id = self.id;
+        let crossed = initiate
+            && self
+                .h()
+                .with(|ep, _| ep.inner().host().cm().ib_cm_state(id))
+                == Some(IbCmState::DreqRcvd);
         if !initiate {
             self.rdma_disconnect("answering the peer's DREQ");
+        } else if crossed {
+            self.rdma_disconnect("answering the peer's DREQ, which crossed ours");
         }
         let exited = match self.expect_event(CmEventType::TimewaitExit) {
             Ok(_) => {
