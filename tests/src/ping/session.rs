@@ -223,6 +223,21 @@ impl Node {
             .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
     }
 
+    /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
+    /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
+    /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
+    fn own_events(&self, ep: &mut PingEndpoint, id: CmIdHandle) -> Vec<CmEvent> {
+        let mut own = Vec::new();
+        while let Some(ev) = get_event(ep, self.ch) {
+            if ev.id == id {
+                own.push(ev);
+            } else {
+                self.deferred.borrow_mut().push_back(ev);
+            }
+        }
+        own
+    }
+
     /// The next CM event on the node's channel (acked), waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
         if let Some(ev) = self.deferred.borrow_mut().pop_front() {
@@ -466,27 +481,22 @@ impl<'a> Session<'a> {
 
     /// Polls the CQ and the event channel once; reads and re-posts consumed receives.
     fn pump(&mut self) -> Result<(), Stop> {
-        let (node, l, solicited) = (self.node, &mut self.l, self.solicited_only);
-        let ch = node.ch;
+        let (node, l, solicited, id) = (self.node, &mut self.l, self.solicited_only, self.id);
         let (polled, evs, generation, now) = node.handle().with(|ep, now| {
             let polled = l.poll(ep.inner_mut().host_mut(), Some(solicited));
-            let mut evs = Vec::new();
-            while let Some(ev) = get_event(ep, ch) {
-                evs.push(ev);
-            }
-            (polled, evs, ep.generation(), now)
+            (polled, node.own_events(ep, id), ep.generation(), now)
         });
         self.generation = generation;
+        self.take_events(evs, now);
+        polled
+    }
+
+    /// Records this connection's events and queues them for [`expect_event`](Self::expect_event).
+    fn take_events(&mut self, evs: Vec<CmEvent>, now: SimTime) {
         for ev in evs {
-            if ev.id != self.id {
-                // Another connection's (the server serves one at a time).
-                node.deferred.borrow_mut().push_back(ev);
-                continue;
-            }
             self.record_event(&ev, now);
             self.pending.push_back(ev);
         }
-        polled
     }
 
     /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
@@ -678,7 +688,7 @@ impl<'a> Session<'a> {
         d.pause_at = self.kill_after.filter(|k| *k < count);
         let start = self.h().now();
         self.h().with(|ep, now| ep.inner_mut().start(d, now));
-        let (ch, id, deferred) = (self.node.ch, self.id, &self.node.deferred);
+        let (node, ch, id) = (self.node, self.node.ch, self.id);
         let mut steps = 0;
         let outcome = loop {
             self.h().wait_until(self.timeout, |ep| {
@@ -687,14 +697,7 @@ impl<'a> Session<'a> {
             let (outcome, now_steps, own_events) = self.h().with(|ep, now| {
                 // This connection's CM events end the data phase; another client's (a
                 // CONNECT_REQUEST while the server is busy) wait for the next session.
-                let mut own = Vec::new();
-                while let Some(ev) = get_event(ep, ch) {
-                    if ev.id == id {
-                        own.push(ev);
-                    } else {
-                        deferred.borrow_mut().push_back(ev);
-                    }
-                }
+                let own = node.own_events(ep, id);
                 let h = ep.inner_mut();
                 let d = h.data.as_mut();
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());
@@ -710,10 +713,7 @@ impl<'a> Session<'a> {
             });
             let (own, at) = own_events;
             let disconnected = !own.is_empty();
-            for ev in own {
-                self.record_event(&ev, at);
-                self.pending.push_back(ev);
-            }
+            self.take_events(own, at);
             match outcome {
                 Some(Outcome::Paused) => {
                     let (now, at) = (self.h().now(), self.kill_after.unwrap_or(0));
