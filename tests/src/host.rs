@@ -26,7 +26,6 @@ pub struct Host {
     nic: SimNic,
     cm: RdmaCm,
     learn_peers: bool,
-    last_peer: Option<SocketAddr>,
     pinned: Option<SocketAddr>,
     foreign_drops: u64,
 }
@@ -43,7 +42,6 @@ impl Host {
             nic,
             cm,
             learn_peers: false,
-            last_peer: None,
             pinned: None,
             foreign_drops: 0,
         })
@@ -72,11 +70,6 @@ impl Host {
     /// Datagrams dropped because they came from another socket of the pinned peer's IP.
     pub fn foreign_drops(&self) -> u64 {
         self.foreign_drops
-    }
-
-    /// The socket the last datagram came from, when learning peers.
-    pub fn last_peer(&self) -> Option<SocketAddr> {
-        self.last_peer
     }
 
     /// The NIC (verbs queries, counters, capture).
@@ -116,7 +109,6 @@ impl Endpoint for Host {
         }
         if self.learn_peers {
             self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
-            self.last_peer = Some(src);
         }
         Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
         self.poll_gsi(now);

@@ -197,11 +197,6 @@ impl Node {
         self.handle().epoch()
     }
 
-    /// The UDP socket the last datagram came from (the peer, once it has sent something).
-    pub fn last_peer(&self) -> Option<SocketAddr> {
-        self.handle().with(|ep, _| ep.inner().host().last_peer())
-    }
-
     /// The node's event channel.
     pub fn channel(&self) -> EventChannel {
         self.ch
