@@ -1349,39 +1349,22 @@ impl World {
         }
         let seed = self.data_seed;
         let mut buf = [0u8; SLOT_BYTES as usize];
+        let tag_of = |b: &[u8]| {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(&b[..8]);
+            u64::from_le_bytes(id)
+        };
         match p.op {
             Op::Recv => {
                 let n = (wc.byte_len as usize).min(buf.len());
-                let Some(node) = self.sim.endpoint(h) else {
-                    return false;
-                };
-                if node
-                    .host
-                    .nic()
-                    .device()
-                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
-                    .is_err()
-                    || n < 8
-                {
+                if n < 8 || !self.read_mr(h, p.off, &mut buf[..n]) {
                     return false;
                 }
-                let mut id = [0u8; 8];
-                id.copy_from_slice(&buf[..8]);
-                let tag = u64::from_le_bytes(id);
-                matches_pattern(seed, tag, 0, &buf[8..n], 8)
+                matches_pattern(seed, tag_of(&buf), 0, &buf[8..n], 8)
             }
             Op::Read => {
                 let n = p.len as usize;
-                let Some(node) = self.sim.endpoint(h) else {
-                    return false;
-                };
-                if node
-                    .host
-                    .nic()
-                    .device()
-                    .mr_read(self.apps[h].mr.handle, p.off, &mut buf[..n])
-                    .is_err()
-                {
+                if !self.read_mr(h, p.off, &mut buf[..n]) {
                     return false;
                 }
                 // The slot of the READ region the WR read: same slot index as its destination.
@@ -1395,28 +1378,28 @@ impl World {
                     return true;
                 }
                 let n = p.len as usize;
-                let peer_mr = self.apps[p.peer].mr.handle;
-                let Some(node) = self.sim.endpoint(p.peer) else {
-                    return false;
-                };
-                if node
-                    .host
-                    .nic()
-                    .device()
-                    .mr_read(peer_mr, p.off, &mut buf[..n])
-                    .is_err()
-                {
+                if !self.read_mr(p.peer, p.off, &mut buf[..n]) {
                     return false;
                 }
-                let ok_id = buf[..8] == wc.wr_id.to_le_bytes();
+                let tag = tag_of(&buf);
                 // A later WRITE to the same slot may have landed already: only a torn or
                 // foreign payload is a mismatch.
-                let mut id = [0u8; 8];
-                id.copy_from_slice(&buf[..8]);
-                let tag = u64::from_le_bytes(id);
-                (ok_id || tag > wc.wr_id) && matches_pattern(seed, tag, 0, &buf[8..n], 8)
+                tag >= wc.wr_id && matches_pattern(seed, tag, 0, &buf[8..n], 8)
             }
             Op::Send => true,
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `off` of host `h`'s application MR; false if it cannot.
+    fn read_mr(&self, h: usize, off: u64, buf: &mut [u8]) -> bool {
+        match (self.sim.endpoint(h), self.apps.get(h)) {
+            (Some(node), Some(app)) => node
+                .host
+                .nic()
+                .device()
+                .mr_read(app.mr.handle, off, buf)
+                .is_ok(),
+            _ => false,
         }
     }
 
