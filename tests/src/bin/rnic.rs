@@ -3,10 +3,10 @@
 use clap::{Parser, Subcommand};
 use rnic_testbed::demo::{self, DemoOptions};
 use rnic_testbed::explore::{self, ExploreOptions, Summary};
+use rnic_testbed::ping::cli::{mtu, parse_mtu};
 use rnic_testbed::scenario;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use verbs_core::Mtu;
 
 /// rnic: a software RDMA NIC for testing connection teardown.
 #[derive(Debug, Parser)]
@@ -77,24 +77,6 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-}
-
-fn parse_mtu(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
-    match v {
-        256 | 512 | 1024 | 2048 | 4096 => Ok(v),
-        _ => Err("MTU must be 256, 512, 1024, 2048 or 4096".into()),
-    }
-}
-
-fn mtu(bytes: u32) -> Mtu {
-    match bytes {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => Mtu::Mtu1024,
-    }
 }
 
 /// Writes `text` to stdout. When the reader has gone (`rnic replay … | head`), exits at once
