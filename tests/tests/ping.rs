@@ -25,17 +25,21 @@ struct ServerProc {
     addr: SocketAddr,
 }
 
+/// `prefix… rnic` (e.g. `ip netns exec NS rnic`), or `rnic` for an empty prefix.
+fn rnic_under(prefix: &[&str]) -> Command {
+    match prefix.split_first() {
+        Some((prog, rest)) => {
+            let mut cmd = Command::new(prog);
+            cmd.args(rest).arg(RNIC);
+            cmd
+        }
+        None => Command::new(RNIC),
+    }
+}
+
 /// `prefix… rnic ping --listen LISTEN --once ARGS`, waiting for its readiness line.
 fn spawn_server(prefix: &[&str], listen: &str, args: &[&str]) -> ServerProc {
-    let (prog, pre) = match prefix.split_first() {
-        Some((p, rest)) => (*p, rest.to_vec()),
-        None => (RNIC, vec![]),
-    };
-    let mut cmd = Command::new(prog);
-    cmd.args(pre);
-    if !prefix.is_empty() {
-        cmd.arg(RNIC);
-    }
+    let mut cmd = rnic_under(prefix);
     let mut child = cmd
         .args(["ping", "--listen", listen, "--once"])
         .args(args)
@@ -71,15 +75,7 @@ impl ServerProc {
 
 /// `prefix… rnic ping --connect ADDR ARGS`: exit code and stdout.
 fn run_client(prefix: &[&str], addr: SocketAddr, args: &[&str]) -> (i32, String) {
-    let (prog, pre) = match prefix.split_first() {
-        Some((p, rest)) => (*p, rest.to_vec()),
-        None => (RNIC, vec![]),
-    };
-    let mut cmd = Command::new(prog);
-    cmd.args(pre);
-    if !prefix.is_empty() {
-        cmd.arg(RNIC);
-    }
+    let mut cmd = rnic_under(prefix);
     let out = cmd
         .args(["ping", "--connect", &addr.to_string()])
         .args(args)
