@@ -25,6 +25,7 @@ pub use report::PingReport;
 pub use session::{Node, Params};
 
 use cm_core::api::CmEventType;
+use cm_core::engine::IbCmState;
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::roce::pcap::PcapWriter;
 use session::Session;
@@ -306,8 +307,26 @@ impl Server {
             });
             return Ok(None);
         };
-        // The client's socket: the route learned for the GID of the id's peer IP.
         let id = ev.id;
+        // A request that waited while another client was served may have been withdrawn
+        // meanwhile (the client's --timeout ran out; its CM sent a REJ): nothing to serve.
+        let withdrawn = self.node.handle().with(|ep, now| {
+            let (cm, dev) = ep.inner_mut().host_mut().split();
+            let waiting = matches!(
+                cm.ib_cm_state(id),
+                Some(IbCmState::ReqRcvd | IbCmState::MraReqSent)
+            );
+            if !waiting {
+                // The id is dead either way; a failure to destroy it changes nothing.
+                let _ = cm.destroy_id(dev, now, id);
+            }
+            !waiting
+        });
+        if withdrawn {
+            eprintln!("rnic ping: a client gave up waiting before it was served; skipped");
+            return Ok(None);
+        }
+        // The client's socket: the route learned for the GID of the id's peer IP.
         let peer = self
             .node
             .handle()
