@@ -1,0 +1,1 @@
+//! Configuration from the environment (`RNIC_ADDR`, `RNIC_DEVICE`, fault knobs).

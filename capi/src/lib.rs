@@ -1,0 +1,14 @@
+//! # rnic-capi — unmodified RDMA programs on the simulated RNIC
+//!
+//! `librnic.so` exports the libibverbs and librdmacm entry points that rdma-core's tools and
+//! most RDMA applications import. Loaded with `LD_PRELOAD` (or through `rnic exec`), it puts
+//! one simulated RNIC ([`rnic_sim::SimDevice`] + [`cm_core`]'s connection manager on the
+//! real-time UDP driver) under an unchanged binary. See `docs/capi.md`.
+//!
+//! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64, checked by
+//! `tests/layout.rs`), `ffi` (the `extern "C"` entry points: the only module with `unsafe`),
+//! `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
+//! [`config`] (the environment).
+
+pub mod abi;
+pub mod config;
