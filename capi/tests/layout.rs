@@ -1,0 +1,443 @@
+//! `rnic::abi` against rdma-core's own headers: a C probe, compiled with `cc` against
+//! `<infiniband/verbs.h>`, `<infiniband/sa.h>`, `<infiniband/ib.h>` and `<rdma/rdma_cma.h>`,
+//! prints the size and alignment of every type, the offset and size of every field (nested
+//! ones included), the size and signedness of every enum type and the value of every constant
+//! of [`abi::CONSTANTS`]; the same numbers computed in Rust must be equal, one by one.
+//!
+//! The tables below are written once: `layout_checks!` turns each row into both the C
+//! expression and the Rust value. Without the headers (libibverbs-dev, librdmacm-dev) the test
+//! prints `SKIP` and passes, unless `RNIC_REQUIRE_RDMA_HEADERS=1` (CI) makes that a failure.
+
+#![allow(clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::marker::PhantomData;
+use std::mem::{align_of, offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rnic::abi;
+
+/// The headers the probe includes, by package: their absence means "not installed".
+const HEADERS: [(&str, &str); 2] = [
+    ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+    ("/usr/include/rdma/rdma_cma.h", "librdmacm-dev"),
+];
+
+/// One number both sides compute.
+struct Check {
+    /// What it is, for the report, e.g. `offsetof(struct ibv_wc, imm_data) [Rust ex.imm_data]`.
+    what: String,
+    /// The C expression the probe prints.
+    c: String,
+    /// The value Rust computes.
+    rust: i128,
+}
+
+impl Check {
+    fn new(what: String, c: String, rust: usize) -> Self {
+        let rust = rust as i128;
+        Check { what, c, rust }
+    }
+}
+
+/// The type at the end of a field path, found without `unsafe` (reading a union field is
+/// `unsafe`, assigning one is not): each [`field`](Self::field) step names one field by a
+/// closure that assigns to it, and the closure's argument type is the field's type. The
+/// closures are never called.
+struct FieldOf<T>(PhantomData<T>);
+
+impl<T> FieldOf<T> {
+    fn new() -> Self {
+        FieldOf(PhantomData)
+    }
+
+    fn field<F>(self, _assign: fn(&mut T, F)) -> FieldOf<F> {
+        FieldOf(PhantomData)
+    }
+
+    fn size(self) -> usize {
+        size_of::<T>()
+    }
+}
+
+/// `a.b.c` as a string.
+macro_rules! path_str {
+    ($first:ident $(. $rest:ident)*) => {
+        concat!(stringify!($first) $(, ".", stringify!($rest))*)
+    };
+}
+
+/// The C path of a row: the one after `=>` if there is one, else the Rust path.
+macro_rules! c_path {
+    ([$($rust:ident).+]) => {
+        path_str!($($rust).+)
+    };
+    ([$($rust:ident).+] [$($c:ident).+]) => {
+        path_str!($($c).+)
+    };
+}
+
+/// Rows `struct name { field, nested.field, rust.path => c.path, … }` (or `union name {…}`)
+/// → the size and alignment of `abi::name` and the offset and size of each field, each with
+/// the C expression for the same number. `=> c.path` is for the fields whose Rust path differs
+/// from the C one: C's anonymous unions (`ex.imm_data => imm_data`) and `r#type => type`.
+macro_rules! layout_checks {
+    ($(
+        $kind:tt $name:ident {
+            $($($rust:ident).+ $(=> $($c:ident).+)?),* $(,)?
+        }
+    )*) => {{
+        let mut checks = Vec::new();
+        $(
+            let ctype = concat!(stringify!($kind), " ", stringify!($name));
+            type_checks(&mut checks, ctype, size_of::<abi::$name>(), align_of::<abi::$name>());
+            $(
+                field_checks(
+                    &mut checks,
+                    ctype,
+                    path_str!($($rust).+),
+                    c_path!([$($rust).+] $([$($c).+])?),
+                    offset_of!(abi::$name, $($rust).+),
+                    FieldOf::<abi::$name>::new()$(.field(|s, v| s.$rust = v))+.size(),
+                );
+            )*
+        )*
+        checks
+    }};
+}
+
+/// The enum types (`abi::name` is `enum name`): size and signedness.
+macro_rules! enum_checks {
+    ($($name:ident),* $(,)?) => {{
+        let mut checks = Vec::new();
+        $(
+            let ctype = concat!("enum ", stringify!($name));
+            let size = size_of::<abi::$name>();
+            checks.push(Check::new(format!("sizeof({ctype})"), format!("sizeof({ctype})"), size));
+            let signed = usize::from(<abi::$name>::MIN != 0);
+            checks.push(Check::new(format!("{ctype} is signed"), format!("(({ctype})-1 < 0)"), signed));
+        )*
+        checks
+    }};
+}
+
+fn type_checks(checks: &mut Vec<Check>, ctype: &str, size: usize, align: usize) {
+    checks.push(Check::new(
+        format!("sizeof({ctype})"),
+        format!("sizeof({ctype})"),
+        size,
+    ));
+    checks.push(Check::new(
+        format!("alignof({ctype})"),
+        format!("_Alignof({ctype})"),
+        align,
+    ));
+}
+
+fn field_checks(
+    checks: &mut Vec<Check>,
+    ctype: &str,
+    rust_path: &str,
+    c_path: &str,
+    offset: usize,
+    size: usize,
+) {
+    let rust_name = if rust_path == c_path {
+        String::new()
+    } else {
+        format!(" [Rust {rust_path}]")
+    };
+    let offset_c = format!("offsetof({ctype}, {c_path})");
+    checks.push(Check::new(
+        format!("{offset_c}{rust_name}"),
+        offset_c,
+        offset,
+    ));
+    let size_c = format!("sizeof((({ctype} *)0)->{c_path})");
+    checks.push(Check::new(
+        format!("sizeof({ctype}.{c_path}){rust_name}"),
+        size_c,
+        size,
+    ));
+}
+
+/// Every libibverbs type of `abi::verbs`, every field.
+fn verbs_checks() -> Vec<Check> {
+    layout_checks! {
+        union ibv_gid { raw, global, global.subnet_prefix, global.interface_id }
+        struct _ibv_device_ops { _dummy1, _dummy2 }
+        struct ibv_device {
+            _ops, node_type, transport_type, name, dev_name, dev_path, ibdev_path,
+        }
+        struct ibv_context_ops {
+            _compat_query_device, _compat_query_port, _compat_alloc_pd, _compat_dealloc_pd,
+            _compat_reg_mr, _compat_rereg_mr, _compat_dereg_mr, alloc_mw, bind_mw, dealloc_mw,
+            _compat_create_cq, poll_cq, req_notify_cq, _compat_cq_event, _compat_resize_cq,
+            _compat_destroy_cq, _compat_create_srq, _compat_modify_srq, _compat_query_srq,
+            _compat_destroy_srq, post_srq_recv, _compat_create_qp, _compat_query_qp,
+            _compat_modify_qp, _compat_destroy_qp, post_send, post_recv, _compat_create_ah,
+            _compat_destroy_ah, _compat_attach_mcast, _compat_detach_mcast, _compat_async_event,
+        }
+        struct ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
+        struct ibv_device_attr {
+            fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id,
+            vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd,
+            max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom,
+            max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw,
+            max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach,
+            max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
+            max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt,
+        }
+        struct ibv_port_attr {
+            state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
+            qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
+            init_type_reply, active_width, active_speed, phys_state, link_layer, flags,
+            port_cap_flags2,
+        }
+        struct ibv_async_event {
+            element, element.cq, element.qp, element.srq, element.wq, element.port_num,
+            event_type,
+        }
+        struct ibv_wc {
+            wr_id, status, opcode, vendor_err, byte_len,
+            ex.imm_data => imm_data, ex.invalidated_rkey => invalidated_rkey,
+            qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits,
+        }
+        struct ibv_pd { context, handle }
+        struct ibv_td { context }
+        struct ibv_xrcd { context }
+        struct ibv_mr { context, pd, addr, length, handle, lkey, rkey }
+        struct ibv_mw { context, pd, rkey, handle, r#type => type }
+        struct ibv_mw_bind_info { mr, addr, length, mw_access_flags }
+        struct ibv_mw_bind { wr_id, send_flags, bind_info }
+        struct ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+        struct ibv_grh { version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid }
+        struct ibv_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
+        struct ibv_ah { context, pd, handle }
+        struct ibv_comp_channel { context, fd, refcnt }
+        struct ibv_cq {
+            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            async_events_completed,
+        }
+        struct ibv_srq_attr { max_wr, max_sge, srq_limit }
+        struct ibv_srq_init_attr { srq_context, attr }
+        struct ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }
+        struct ibv_wq {
+            context, wq_context, pd, cq, wq_num, handle, state, wq_type, post_recv, mutex, cond,
+            events_completed, comp_mask,
+        }
+        struct ibv_rwq_ind_table { context, ind_tbl_handle, ind_tbl_num, comp_mask }
+        struct ibv_qp_cap {
+            max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data,
+        }
+        struct ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+        struct ibv_rx_hash_conf {
+            rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask,
+        }
+        struct ibv_qp_init_attr_ex {
+            qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+            create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags,
+        }
+        struct ibv_qp_attr {
+            qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num,
+            qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index,
+            en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer,
+            port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit,
+        }
+        struct ibv_qp {
+            context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
+            mutex, cond, events_completed,
+        }
+        struct ibv_sge { addr, length, lkey }
+        struct ibv_send_wr {
+            wr_id, next, sg_list, num_sge, opcode, send_flags,
+            ex.imm_data => imm_data, ex.invalidate_rkey => invalidate_rkey,
+            wr, wr.rdma, wr.rdma.remote_addr, wr.rdma.rkey,
+            wr.atomic, wr.atomic.remote_addr, wr.atomic.compare_add, wr.atomic.swap,
+            wr.atomic.rkey,
+            wr.ud, wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey,
+            qp_type, qp_type.xrc, qp_type.xrc.remote_srqn,
+            bind_tso.bind_mw => bind_mw, bind_tso.bind_mw.mw => bind_mw.mw,
+            bind_tso.bind_mw.rkey => bind_mw.rkey, bind_tso.bind_mw.bind_info => bind_mw.bind_info,
+            bind_tso.tso => tso, bind_tso.tso.hdr => tso.hdr, bind_tso.tso.hdr_sz => tso.hdr_sz,
+            bind_tso.tso.mss => tso.mss,
+        }
+        struct ibv_recv_wr { wr_id, next, sg_list, num_sge }
+    }
+}
+
+/// Every librdmacm (and `sa.h`, `ib.h`) type of `abi::cm`, every field.
+fn cm_checks() -> Vec<Check> {
+    layout_checks! {
+        struct ibv_sa_path_rec {
+            dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit, traffic_class,
+            reversible, numb_path, pkey, sl, mtu_selector, mtu, rate_selector, rate,
+            packet_life_time_selector, packet_life_time, preference,
+        }
+        struct ib_addr {
+            ib_u, ib_u.uib_addr8, ib_u.uib_addr16, ib_u.uib_addr32, ib_u.uib_addr64,
+        }
+        struct sockaddr_ib {
+            sib_family, sib_pkey, sib_flowinfo, sib_addr, sib_sid, sib_sid_mask, sib_scope_id,
+        }
+        struct rdma_ib_addr { sgid, dgid, pkey }
+        struct rdma_addr {
+            src.src_addr => src_addr, src.src_sin => src_sin, src.src_sin6 => src_sin6,
+            src.src_storage => src_storage,
+            dst.dst_addr => dst_addr, dst.dst_sin => dst_sin, dst.dst_sin6 => dst_sin6,
+            dst.dst_storage => dst_storage,
+            addr, addr.ibaddr,
+        }
+        struct rdma_route { addr, path_rec, num_paths }
+        struct rdma_event_channel { fd }
+        struct rdma_cm_id {
+            verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq,
+            recv_cq_channel, recv_cq, srq, pd, qp_type,
+        }
+        struct rdma_conn_param {
+            private_data, private_data_len, responder_resources, initiator_depth, flow_control,
+            retry_count, rnr_retry_count, srq, qp_num,
+        }
+        struct rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+        struct rdma_cm_event { id, listen_id, event, status, param, param.conn, param.ud }
+        struct rdma_addrinfo {
+            ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr,
+            ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route,
+            ai_connect_len, ai_connect, ai_next,
+        }
+    }
+}
+
+/// Every enum type of `abi::consts`.
+fn enum_type_checks() -> Vec<Check> {
+    enum_checks! {
+        ibv_node_type, ibv_transport_type, ibv_atomic_cap, ibv_mtu, ibv_port_state,
+        ibv_event_type, ibv_wc_status, ibv_wc_opcode, ibv_mw_type, ibv_wq_type, ibv_wq_state,
+        ibv_qp_type, ibv_qp_state, ibv_mig_state, ibv_wr_opcode, rdma_cm_event_type,
+        rdma_port_space,
+    }
+}
+
+/// Every constant of `abi::CONSTANTS`, by its C name.
+fn constant_checks() -> Vec<Check> {
+    abi::CONSTANTS
+        .iter()
+        .map(|&(name, value)| Check {
+            what: name.to_owned(),
+            c: name.to_owned(),
+            rust: value,
+        })
+        .collect()
+}
+
+/// The C probe: prints each check's expression, one decimal per line, in order.
+fn probe_source(checks: &[Check]) -> String {
+    let mut src = String::from(
+        "#include <stddef.h>\n\
+         #include <stdio.h>\n\
+         #include <infiniband/verbs.h>\n\
+         #include <infiniband/sa.h>\n\
+         #include <infiniband/ib.h>\n\
+         #include <rdma/rdma_cma.h>\n\
+         \n\
+         int main(void)\n\
+         {\n",
+    );
+    for check in checks {
+        src.push_str(&format!(
+            "\tprintf(\"%lld\\n\", (long long)({}));\n",
+            check.c
+        ));
+    }
+    src.push_str("\treturn 0;\n}\n");
+    src
+}
+
+/// Writes the probe into `dir`, compiles it with `cc`, runs it and returns its numbers.
+fn run_probe(dir: &Path, checks: &[Check]) -> Vec<i128> {
+    std::fs::create_dir_all(dir).expect("create the probe directory");
+    let source = dir.join("probe.c");
+    let binary = dir.join("probe");
+    std::fs::write(&source, probe_source(checks)).expect("write probe.c");
+
+    let cc = Command::new("cc")
+        .arg("-std=gnu11")
+        .arg("-o")
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("run cc (gcc is needed to check the ABI layout)");
+    assert!(
+        cc.status.success(),
+        "cc failed on {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&cc.stderr)
+    );
+
+    let run = Command::new(&binary).output().expect("run the probe");
+    assert!(run.status.success(), "the probe failed: {:?}", run.status);
+    String::from_utf8(run.stdout)
+        .expect("the probe prints ASCII")
+        .lines()
+        .map(|line| line.parse().expect("the probe prints one integer a line"))
+        .collect()
+}
+
+fn headers_missing() -> Option<String> {
+    let missing: Vec<String> = HEADERS
+        .iter()
+        .filter(|(header, _)| !Path::new(header).exists())
+        .map(|(header, package)| format!("{header} ({package})"))
+        .collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+#[test]
+fn abi_matches_rdma_core_headers() {
+    if let Some(missing) = headers_missing() {
+        assert!(
+            std::env::var("RNIC_REQUIRE_RDMA_HEADERS").as_deref() != Ok("1"),
+            "RNIC_REQUIRE_RDMA_HEADERS=1 but the rdma-core headers are missing: {missing}"
+        );
+        println!("SKIP layout: libibverbs-dev/librdmacm-dev not installed (missing {missing})");
+        return;
+    }
+
+    let checks: Vec<Check> = [
+        verbs_checks(),
+        cm_checks(),
+        enum_type_checks(),
+        constant_checks(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("layout-probe-{}", std::process::id()));
+    let c_values = run_probe(&dir, &checks);
+    assert_eq!(
+        c_values.len(),
+        checks.len(),
+        "the probe printed a number per check"
+    );
+
+    let mismatches: Vec<String> = checks
+        .iter()
+        .zip(&c_values)
+        .filter(|(check, &c)| check.rust != c)
+        .map(|(check, c)| format!("{}: C {c}, Rust {}", check.what, check.rust))
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} layout checks differ from rdma-core's headers (probe kept in {}):\n  {}",
+        mismatches.len(),
+        checks.len(),
+        dir.display(),
+        mismatches.join("\n  ")
+    );
+    std::fs::remove_dir_all(&dir).expect("remove the probe directory");
+    println!(
+        "layout: {} checks, all equal to rdma-core's headers",
+        checks.len()
+    );
+}
