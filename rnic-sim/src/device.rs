@@ -3,11 +3,13 @@
 //! `poll_timeout`, `handle_timeout`).
 
 use crate::cq::{Cq, CqPush};
-use crate::mr::MrTable;
+use crate::memory::{ExternalMemory, MrMemory};
+use crate::mr::{check_registration, range_error, MrTable};
 use crate::qp::SimQp;
 use crate::rc::is_response;
 use crate::roce::Packet;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use verbs_core::{
     check_modify, AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, CompChannel, CqHandle,
     Device, DeviceAttr, Errno, Error, Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState,
@@ -199,7 +201,9 @@ impl SimDeviceConfig {
 
 /// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only. `Clone` is a
 /// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
-/// copies).
+/// copies), except for regions over caller-supplied memory
+/// ([`SimDevice::reg_mr_external`]): a clone shares their [`ExternalMemory`] (the `Arc`), so
+/// both devices read and write the same bytes there.
 #[derive(Debug, Clone)]
 pub struct SimDevice {
     cfg: SimDeviceConfig,
@@ -277,6 +281,67 @@ impl SimDevice {
     /// Drop and transport counters.
     pub fn counters(&self) -> Counters {
         self.sh.counters
+    }
+
+    /// Registers a memory region over caller-supplied memory: `ibv_reg_mr(pd, addr, length,
+    /// access)` with the application's buffer, or `ibv_reg_mr_iova2` (rdma-core). Byte 0 of
+    /// `memory` is at virtual address `iova` (the buffer's pointer value for `ibv_reg_mr`, the
+    /// `iova` argument for `ibv_reg_mr_iova2`); the length is `memory.len()`, read once. SGEs,
+    /// RETHs and atomics then address it as any region, and every byte the device moves in or
+    /// out of it goes through `memory`'s `read`/`write` (contract: [`ExternalMemory`]).
+    ///
+    /// Keys come from the same scheme as [`Device::reg_mr`]'s. The address is not allocated:
+    /// it may overlap other regions, external or device-owned; keyed accesses find the region
+    /// by key, inline gathers take the oldest region containing the range
+    /// (`docs/semantics-verbs.md`, "Memory backings").
+    ///
+    /// Errors, as `reg_mr`'s [man:ibv_reg_mr.3, kernel `ib_check_mr_access`, `ib_umem_get`]:
+    /// EINVAL for an unknown PD, an access bit outside Linux's `IB_ACCESS_SUPPORTED` (the
+    /// optional range 0x3ff0_0000, e.g. RELAXED_ORDERING, is accepted and ignored),
+    /// REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE, a region spanning no page (length 0 at a
+    /// page-aligned `iova`), `iova + length` wrapping, or a length above `max_mr_size`; ENOMEM
+    /// past `max_mr` or when keys are exhausted. On error `memory` is dropped unused.
+    pub fn reg_mr_external(
+        &mut self,
+        pd: PdHandle,
+        memory: Arc<dyn ExternalMemory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        let memory = MrMemory::external(memory);
+        let length = memory.len() as u64;
+        self.check_reg_mr(pd, length, iova, access)?;
+        let (h, lkey, rkey) = self
+            .sh
+            .mrs
+            .register_at(pd.0, iova, access, memory)
+            .ok_or_else(|| Error::new(Errno::ENOMEM, "MR keys exhausted"))?;
+        Ok(Mr {
+            handle: MrHandle(h),
+            addr: iova,
+            length,
+            lkey,
+            rkey,
+        })
+    }
+
+    /// The checks every registration makes before taking a key: PD, arguments
+    /// ([`check_registration`]), `max_mr`.
+    fn check_reg_mr(
+        &self,
+        pd: PdHandle,
+        length: u64,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<()> {
+        if !self.pds.contains(&pd.0) {
+            return Err(Error::inval("unknown PD"));
+        }
+        check_registration(length, iova, access, self.cfg.max_mr_size)?;
+        if self.sh.mrs.len() >= self.cfg.max_mr as usize {
+            return Err(Error::new(Errno::ENOMEM, "max_mr reached"));
+        }
+        Ok(())
     }
 
     /// The next packet to put on the wire, or `None` when the device has nothing to send now.
@@ -552,22 +617,8 @@ impl Device for SimDevice {
     }
 
     fn reg_mr(&mut self, pd: PdHandle, length: usize, access: AccessFlags) -> Result<Mr> {
-        if !self.pds.contains(&pd.0) {
-            return Err(Error::inval("unknown PD"));
-        }
-        if length == 0 || length as u64 > self.cfg.max_mr_size {
-            return Err(Error::inval("MR length 0 or above max_mr_size"));
-        }
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(Error::inval(
-                "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (man:ibv_reg_mr.3)",
-            ));
-        }
-        if self.sh.mrs.len() >= self.cfg.max_mr as usize {
-            return Err(Error::new(Errno::ENOMEM, "max_mr reached"));
-        }
+        // Device-owned regions start on a page boundary, so the zero-page rule is length 0.
+        self.check_reg_mr(pd, length as u64, 0, access)?;
         let (h, addr, lkey, rkey) = self
             .sh
             .mrs
@@ -596,12 +647,10 @@ impl Device for SimDevice {
             .mrs
             .get_mut(mr.0)
             .ok_or_else(|| Error::inval("unknown MR"))?;
-        let dst = usize::try_from(offset)
+        usize::try_from(offset)
             .ok()
-            .and_then(|o| e.data.get_mut(o..o.checked_add(data.len())?))
-            .ok_or_else(|| Error::new(Errno::EFAULT, "range leaves the MR"))?;
-        dst.copy_from_slice(data);
-        Ok(())
+            .and_then(|o| e.memory.write(o, data))
+            .ok_or_else(range_error)
     }
 
     fn mr_read(&self, mr: MrHandle, offset: u64, buf: &mut [u8]) -> Result<()> {
@@ -610,12 +659,10 @@ impl Device for SimDevice {
             .mrs
             .get(mr.0)
             .ok_or_else(|| Error::inval("unknown MR"))?;
-        let src = usize::try_from(offset)
+        usize::try_from(offset)
             .ok()
-            .and_then(|o| e.data.get(o..o.checked_add(buf.len())?))
-            .ok_or_else(|| Error::new(Errno::EFAULT, "range leaves the MR"))?;
-        buf.copy_from_slice(src);
-        Ok(())
+            .and_then(|o| e.memory.read(o, buf))
+            .ok_or_else(range_error)
     }
 
     fn create_cq(&mut self, cqe: u32, channel: Option<&CompChannel>) -> Result<CqHandle> {

@@ -6,10 +6,13 @@
 //!
 //! [`SimDevice`] implements [`verbs_core::Device`]; [`pump::pump_pair`] connects two devices
 //! with a lossless wire. Behaviour choices and their sources: `docs/semantics-verbs.md`.
+//! Memory regions own their bytes, or are backed by the caller's memory through
+//! [`ExternalMemory`] ([`SimDevice::reg_mr_external`]).
 
 mod cq;
 mod device;
 mod gsi;
+mod memory;
 mod mr;
 mod psn;
 mod qp;
@@ -30,5 +33,6 @@ pub mod roce;
 
 pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
 pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE};
+pub use memory::ExternalMemory;
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;

@@ -1,16 +1,79 @@
-//! Memory regions: device-owned memory, keys and the protection checks of lkeys and rkeys.
+//! Memory regions: their backings, keys and the protection checks of lkeys and rkeys.
 //!
 //! Keys are built as rxe builds them: `index << 8 | key`, where `index` is the region's slot and
 //! `key` an 8-bit tag [rxe_mr.c]. rxe draws the tag at random; here it is a counter, so keys are
 //! deterministic. The rkey equals the lkey when the region allows any remote access, else 0
-//! (as rxe). Virtual addresses come from a bump allocator: page aligned, a one-page gap between
-//! regions, never reused, so a stale address never lands in a new region.
+//! (as rxe). Virtual addresses of device-owned regions come from a bump allocator: page
+//! aligned, a one-page gap between regions, never reused, so a stale address never lands in a
+//! new region. Caller-supplied regions ([`MrMemory::External`]) take the address the caller
+//! gives (the application's pointer): they may overlap each other and device-owned regions, so
+//! every keyed access resolves the region by its key's index, never by address.
 
+use crate::memory::MrMemory;
 use std::collections::BTreeMap;
-use verbs_core::{AccessFlags, Sge};
+use verbs_core::{AccessFlags, Errno, Error, Sge};
 
-/// Page size of the virtual address allocator, in bytes.
+/// Page size of the virtual address allocator and of the zero-page rule of registration, in
+/// bytes.
 const PAGE: u64 = 4096;
+
+/// `IB_ACCESS_SUPPORTED` of Linux (`include/rdma/ib_verbs.h`, since 6.2): the access bits the
+/// kernel accepts in a registration (`ib_check_mr_access`), LOCAL_WRITE (bit 0) through
+/// FLUSH_PERSISTENT (bit 9), plus the optional range bits 20–29 (`IB_ACCESS_OPTIONAL` =
+/// `IBV_ACCESS_OPTIONAL_RANGE` 0x3ff0_0000, e.g. `IBV_ACCESS_RELAXED_ORDERING` 1 << 20, which
+/// perftest passes). A device that does not implement an optional bit ignores it; so does
+/// this one, and it ignores every accepted bit it does not model (MW_BIND, ZERO_BASED,
+/// ON_DEMAND, HUGETLB, FLUSH_*).
+const ACCESS_SUPPORTED: u32 = 0x0000_03ff | 0x3ff0_0000;
+
+/// The argument checks of a registration, for a region of `length` bytes at virtual address
+/// `iova` (0 for a device-owned region: the bump allocator's addresses are page aligned):
+///
+/// * EINVAL: `access` has a bit outside [`ACCESS_SUPPORTED`], or REMOTE_WRITE/REMOTE_ATOMIC
+///   without LOCAL_WRITE [kernel `ib_check_mr_access`, man:ibv_reg_mr.3]. `AccessFlags` is a
+///   `bitflags` type: only a value built with `from_bits_retain` carries unknown bits here;
+///   `from_bits_truncate` has already dropped them (then nothing is refused for them).
+/// * EINVAL: the region spans no page (length 0 at a page-aligned address), or
+///   `iova + length` overflows [kernel `ib_umem_get`: `npages == 0`, address wrap]. A
+///   zero-length region at an unaligned address covers one page there and is accepted.
+/// * EINVAL: `length` above `max_mr_size`.
+pub(crate) fn check_registration(
+    length: u64,
+    iova: u64,
+    access: AccessFlags,
+    max_mr_size: u64,
+) -> Result<(), Error> {
+    if access.bits() & !ACCESS_SUPPORTED != 0 {
+        return Err(Error::inval("access flag outside IB_ACCESS_SUPPORTED"));
+    }
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(Error::inval(
+            "REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE (man:ibv_reg_mr.3)",
+        ));
+    }
+    let end = iova
+        .checked_add(length)
+        .ok_or_else(|| Error::inval("MR address range wraps"))?;
+    if end.div_ceil(PAGE) <= iova / PAGE {
+        return Err(Error::inval(
+            "MR spans no page (length 0 at a page boundary)",
+        ));
+    }
+    if length > max_mr_size {
+        return Err(Error::inval("MR length above max_mr_size"));
+    }
+    Ok(())
+}
+
+/// The error of `mr_read`/`mr_write` for a range that leaves the region: EFAULT.
+pub(crate) fn range_error() -> Error {
+    Error::new(Errno::EFAULT, "range leaves the MR")
+}
+
+/// The largest slot index: keys are `index << 8 | tag` in 32 bits.
+const MAX_INDEX: u32 = 0x00FF_FFFF;
 
 /// One registered region.
 #[derive(Debug, Clone)]
@@ -26,7 +89,7 @@ pub(crate) struct MrEntry {
     /// Remote key (0 without remote access).
     pub rkey: u32,
     /// The region's bytes.
-    pub data: Vec<u8>,
+    pub memory: MrMemory,
 }
 
 impl MrEntry {
@@ -34,7 +97,7 @@ impl MrEntry {
     fn offset_of(&self, addr: u64, len: u64) -> Option<usize> {
         let off = addr.checked_sub(self.addr)?;
         let end = off.checked_add(len)?;
-        if end > self.data.len() as u64 {
+        if end > self.memory.len() as u64 {
             return None;
         }
         usize::try_from(off).ok()
@@ -80,21 +143,41 @@ impl MrTable {
         self.entries.values().any(|e| e.pd == pd)
     }
 
-    /// Registers a zero-filled region and returns `(handle, addr, lkey, rkey)`, or `None` when
-    /// the index or address space is exhausted.
+    /// Registers a zero-filled, device-owned region at the next address of the bump allocator
+    /// and returns `(handle, addr, lkey, rkey)`, or `None` when the index or address space is
+    /// exhausted.
     pub fn register(
         &mut self,
         pd: u32,
         length: usize,
         access: AccessFlags,
     ) -> Option<(u32, u64, u32, u32)> {
-        let index = self.next_index;
-        if index > 0x00FF_FFFF {
+        if self.next_index > MAX_INDEX {
             return None;
         }
         let addr = self.next_va;
         let span = (length as u64).div_ceil(PAGE).checked_mul(PAGE)?;
         self.next_va = addr.checked_add(span)?.checked_add(PAGE)?;
+        let (index, lkey, rkey) =
+            self.register_at(pd, addr, access, MrMemory::Owned(vec![0; length]))?;
+        Some((index, addr, lkey, rkey))
+    }
+
+    /// Registers a region over `memory` whose byte 0 is at virtual address `addr`, taking the
+    /// next index and tag, and returns `(handle, lkey, rkey)`, or `None` when the index space
+    /// is exhausted. The bump allocator is not used: for caller-supplied memory the address
+    /// is the caller's and may overlap other regions.
+    pub fn register_at(
+        &mut self,
+        pd: u32,
+        addr: u64,
+        access: AccessFlags,
+        memory: MrMemory,
+    ) -> Option<(u32, u32, u32)> {
+        let index = self.next_index;
+        if index > MAX_INDEX {
+            return None;
+        }
         self.next_index += 1;
         let lkey = (index << 8) | u32::from(self.next_tag);
         self.next_tag = self.next_tag.wrapping_add(1);
@@ -109,13 +192,13 @@ impl MrTable {
                 access,
                 lkey,
                 rkey,
-                data: vec![0; length],
+                memory,
             },
         );
-        Some((index, addr, lkey, rkey))
+        Some((index, lkey, rkey))
     }
 
-    /// Removes a region; false when unknown.
+    /// Removes a region (dropping an external backing's `Arc`); false when unknown.
     pub fn deregister(&mut self, handle: u32) -> bool {
         self.entries.remove(&handle).is_some()
     }
@@ -167,30 +250,33 @@ impl MrTable {
         Some((rkey >> 8, e.offset_of(va, len)?))
     }
 
-    /// Gathers the bytes an SGE list describes (a SEND/WRITE payload). `None` on a protection
-    /// error (lkey, PD or bounds). Zero-length SGEs are not checked.
+    /// Gathers the bytes an SGE list describes (a SEND/WRITE payload), each SGE's region found
+    /// by its lkey. `None` on a protection error (lkey, PD or bounds). Zero-length SGEs are
+    /// not checked.
     pub fn gather(&self, pd: u32, sges: &[Sge]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         for s in sges.iter().filter(|s| s.length > 0) {
             let len = u64::from(s.length);
             let (h, off) = self.check_local(pd, s.lkey, s.addr, len, AccessFlags::empty())?;
             let e = self.entries.get(&h)?;
-            out.extend_from_slice(e.data.get(off..off + s.length as usize)?);
+            e.memory.read_into(off, s.length as usize, &mut out)?;
         }
         Some(out)
     }
 
-    /// Gathers by address only, ignoring keys (inline data, copied at post time).
+    /// Gathers by address only, ignoring keys and PDs (inline data, copied at post time). Each
+    /// SGE reads from the first region, in handle (registration) order, that contains all of
+    /// it: caller-supplied regions may overlap, and then the oldest wins. `None` when some SGE
+    /// lies in no single region.
     pub fn gather_inline(&self, sges: &[Sge]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         for s in sges.iter().filter(|s| s.length > 0) {
             let len = u64::from(s.length);
-            let e = self
+            let (e, off) = self
                 .entries
                 .values()
-                .find(|e| e.offset_of(s.addr, len).is_some())?;
-            let off = e.offset_of(s.addr, len)?;
-            out.extend_from_slice(e.data.get(off..off + s.length as usize)?);
+                .find_map(|e| Some((e, e.offset_of(s.addr, len)?)))?;
+            e.memory.read_into(off, s.length as usize, &mut out)?;
         }
         Some(out)
     }
@@ -237,14 +323,11 @@ impl MrTable {
             skip = 0;
         }
         for (h, off, range) in plan {
-            let n = range.len();
-            let dst = self
-                .entries
-                .get_mut(&h)
-                .and_then(|e| e.data.get_mut(off..off + n))
-                .ok_or(ScatterError::Protection)?;
             let src = data.get(range).ok_or(ScatterError::Protection)?;
-            dst.copy_from_slice(src);
+            self.entries
+                .get_mut(&h)
+                .and_then(|e| e.memory.write(off, src))
+                .ok_or(ScatterError::Protection)?;
         }
         Ok(())
     }

@@ -777,12 +777,10 @@ impl SimQp {
                 return Err(inv_req());
             }
             if plen > 0 {
-                let dst = sh
-                    .mrs
+                sh.mrs
                     .get_mut(ctx.mr)
-                    .and_then(|e| e.data.get_mut(ctx.off..ctx.off + plen))
+                    .and_then(|e| e.memory.write(ctx.off, &pkt.payload))
                     .ok_or_else(write_access_err)?;
-                dst.copy_from_slice(&pkt.payload);
             }
             ctx.off += plen;
             ctx.resid -= plen32;
@@ -843,15 +841,13 @@ impl SimQp {
             if a.va & 7 != 0 {
                 return Err(inv_req());
             }
-            let Some(cell) = sh
-                .mrs
-                .get_mut(mr)
-                .and_then(|e| e.data.get_mut(off..off + 8))
-            else {
+            let Some(e) = sh.mrs.get_mut(mr) else {
                 return Err(inv_req());
             };
+            // A read-modify-write within this call: atomic towards every other device
+            // operation (see `ExternalMemory`).
             let mut b = [0u8; 8];
-            b.copy_from_slice(cell);
+            e.memory.read(off, &mut b).ok_or_else(inv_req)?;
             // Atomics operate on little-endian u64s (the byte order of rxe on x86 hosts).
             let orig = u64::from_le_bytes(b);
             let new = if op == RcCompareSwap {
@@ -863,7 +859,9 @@ impl SimQp {
             } else {
                 orig.wrapping_add(a.swap_add)
             };
-            cell.copy_from_slice(&new.to_le_bytes());
+            e.memory
+                .write(off, &new.to_le_bytes())
+                .ok_or_else(inv_req)?;
             self.push_resource(RdRes::Atomic { psn, orig });
             self.resp.msn = psn_add(self.resp.msn, 1);
             self.resp.psn = psn_add(psn, 1);
@@ -935,26 +933,23 @@ impl SimQp {
         let mtu = self.mtu() as usize;
         let n = npkts(u64::from(len), self.mtu());
         let k0 = psn_diff(from, first_psn).max(0) as u32;
-        let data: Vec<u8> = if len == 0 {
-            Vec::new()
-        } else {
-            match sh
+        let mut data = Vec::new();
+        if len > 0 {
+            let Some((h, off)) =
+                sh.mrs
+                    .check_remote(self.pd, rkey, va, u64::from(len), AccessFlags::REMOTE_READ)
+            else {
+                sh.counters.duplicate_requests += 1;
+                return;
+            };
+            let read = sh
                 .mrs
-                .check_remote(self.pd, rkey, va, u64::from(len), AccessFlags::REMOTE_READ)
-            {
-                Some((h, off)) => match sh.mrs.get(h) {
-                    Some(e) => match e.data.get(off..off + len as usize) {
-                        Some(bytes) => bytes.to_vec(),
-                        None => return,
-                    },
-                    None => return,
-                },
-                None => {
-                    sh.counters.duplicate_requests += 1;
-                    return;
-                }
+                .get(h)
+                .and_then(|e| e.memory.read_into(off, len as usize, &mut data));
+            if read.is_none() {
+                return;
             }
-        };
+        }
         let data = Bytes::from(data);
         for k in k0..n {
             let opcode = match (n == 1, k == 0, k + 1 == n) {

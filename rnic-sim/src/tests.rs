@@ -1,5 +1,7 @@
 //! Unit tests of the verbs and RC rules, one test per rule, named after it.
 
+mod memory;
+
 use crate::roce::{AethKind, Opcode};
 use crate::testutil::*;
 use crate::{pump::pump_pair, SimDevice, SimDeviceConfig};
