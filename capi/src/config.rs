@@ -1,1 +1,240 @@
-//! Configuration from the environment (`RNIC_ADDR`, `RNIC_DEVICE`, fault knobs).
+//! Configuration from the environment, read once when the library first needs its RNIC.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `RNIC_ADDR` | the IP of this process's simulated RNIC: its GID, and the address its UDP socket binds (port 4791, the RoCEv2 port) | the first of 127.0.0.1 … 127.0.0.254 whose port 4791 is free |
+//! | `RNIC_PORT` | the UDP port instead of 4791 (peers must then be told: see docs/capi.md) | 4791 |
+//! | `RNIC_DEVICE` | the device name `ibv_get_device_name` returns | `rnic0` |
+//! | `RNIC_MTU` | the port's active MTU in bytes (256 … 4096), the path MTU rdma_cm uses | 1024 |
+//! | `RNIC_DROP_RATE` | drop each datagram, in either direction, with this probability (0 … 1) | 0 |
+//! | `RNIC_SEED` | seed of the drop decisions and of the CM's identifiers | from the OS |
+//! | `RNIC_FAST_TIMERS` | `1`: short CM and transport timers (as `rnic ping --fast-timers`) | off |
+//! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
+//!
+//! Each process is one simulated RNIC whose GID is its IP, as on a real RoCE NIC; two
+//! processes on one machine therefore use two loopback addresses.
+
+use std::net::{IpAddr, Ipv4Addr};
+use verbs_core::Mtu;
+
+/// The RoCEv2 UDP port (IANA), where every simulated RNIC listens by default.
+pub const ROCE_PORT: u16 = 4791;
+
+/// The library's configuration. See the module docs for the variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `RNIC_ADDR`, if set; `None`: pick the first free loopback address.
+    pub addr: Option<IpAddr>,
+    /// `RNIC_PORT`.
+    pub port: u16,
+    /// `RNIC_DEVICE`.
+    pub device: String,
+    /// `RNIC_MTU`.
+    pub mtu: Mtu,
+    /// `RNIC_DROP_RATE`.
+    pub drop_rate: f64,
+    /// `RNIC_SEED`; `None`: drawn from the OS.
+    pub seed: Option<u64>,
+    /// `RNIC_FAST_TIMERS`.
+    pub fast_timers: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: None,
+            port: ROCE_PORT,
+            device: "rnic0".to_string(),
+            mtu: Mtu::Mtu1024,
+            drop_rate: 0.0,
+            seed: None,
+            fast_timers: false,
+        }
+    }
+}
+
+/// A variable whose value cannot be used; the message names the variable, the value and what
+/// is expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// The configuration from the process environment.
+    ///
+    /// # Errors
+    /// A variable that is set but cannot be parsed (the message says which and why).
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The configuration from `get(name)` (the environment, or a test's map).
+    ///
+    /// # Errors
+    /// As [`Config::from_env`].
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let bad = |k: &str, v: &str, want: &str| ConfigError(format!("{k}={v:?}: {want}"));
+        let val = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        if let Some(v) = val("RNIC_ADDR") {
+            let ip: IpAddr = v
+                .parse()
+                .map_err(|_| bad("RNIC_ADDR", &v, "expected an IP address, e.g. 127.0.0.2"))?;
+            if ip.is_unspecified() || ip.is_multicast() {
+                return Err(bad(
+                    "RNIC_ADDR",
+                    &v,
+                    "must be a unicast address of this host",
+                ));
+            }
+            c.addr = Some(ip);
+        }
+        if let Some(v) = val("RNIC_PORT") {
+            c.port = v
+                .parse()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| bad("RNIC_PORT", &v, "expected a UDP port 1 … 65535"))?;
+        }
+        if let Some(v) = val("RNIC_DEVICE") {
+            if v.len() >= 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(bad(
+                    "RNIC_DEVICE",
+                    &v,
+                    "expected a name of 1 … 63 printable bytes",
+                ));
+            }
+            c.device = v;
+        }
+        if let Some(v) = val("RNIC_MTU") {
+            c.mtu = v
+                .parse::<u32>()
+                .ok()
+                .and_then(mtu_from_bytes)
+                .ok_or_else(|| bad("RNIC_MTU", &v, "expected 256, 512, 1024, 2048 or 4096"))?;
+        }
+        if let Some(v) = val("RNIC_DROP_RATE") {
+            c.drop_rate = v
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| bad("RNIC_DROP_RATE", &v, "expected a probability 0 … 1"))?;
+        }
+        if let Some(v) = val("RNIC_SEED") {
+            c.seed = Some(
+                v.parse()
+                    .map_err(|_| bad("RNIC_SEED", &v, "expected an unsigned 64-bit integer"))?,
+            );
+        }
+        if let Some(v) = val("RNIC_FAST_TIMERS") {
+            c.fast_timers = match v.as_str() {
+                "1" | "true" | "yes" => true,
+                "0" | "false" | "no" => false,
+                _ => return Err(bad("RNIC_FAST_TIMERS", &v, "expected 1 or 0")),
+            };
+        }
+        Ok(c)
+    }
+
+    /// The addresses to try binding, in order: `RNIC_ADDR`, or 127.0.0.1 … 127.0.0.254.
+    pub fn candidate_addrs(&self) -> Vec<IpAddr> {
+        match self.addr {
+            Some(a) => vec![a],
+            None => (1..=254u8)
+                .map(|d| IpAddr::V4(Ipv4Addr::new(127, 0, 0, d)))
+                .collect(),
+        }
+    }
+}
+
+/// The [`Mtu`] of `bytes` (256 … 4096), if it is one.
+pub fn mtu_from_bytes(bytes: u32) -> Option<Mtu> {
+    [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ]
+    .into_iter()
+    .find(|m| m.bytes() == bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_pick_loopback_addresses_in_order() {
+        let c = cfg(&[]).unwrap_or_default();
+        assert_eq!(c, Config::default());
+        let a = c.candidate_addrs();
+        assert_eq!(a.len(), 254);
+        assert_eq!(a[0], IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(a[1], IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+    }
+
+    #[test]
+    fn every_variable_is_parsed() {
+        let c = cfg(&[
+            ("RNIC_ADDR", "127.0.0.9"),
+            ("RNIC_PORT", "5000"),
+            ("RNIC_DEVICE", "rxe9"),
+            ("RNIC_MTU", "4096"),
+            ("RNIC_DROP_RATE", "0.25"),
+            ("RNIC_SEED", "77"),
+            ("RNIC_FAST_TIMERS", "1"),
+        ]);
+        let c = match c {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(
+            c.candidate_addrs(),
+            vec![IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9))]
+        );
+        assert_eq!(
+            (c.port, c.device.as_str(), c.mtu),
+            (5000, "rxe9", Mtu::Mtu4096)
+        );
+        assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("RNIC_ADDR", "nowhere"),
+            ("RNIC_ADDR", "0.0.0.0"),
+            ("RNIC_PORT", "0"),
+            ("RNIC_MTU", "1500"),
+            ("RNIC_DROP_RATE", "2"),
+            ("RNIC_SEED", "-1"),
+            ("RNIC_FAST_TIMERS", "maybe"),
+        ] {
+            match cfg(&[(k, v)]) {
+                Err(e) => assert!(e.0.starts_with(k), "{e}"),
+                Ok(_) => panic!("{k}={v} accepted"),
+            }
+        }
+    }
+}

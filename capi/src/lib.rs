@@ -12,3 +12,6 @@
 
 pub mod abi;
 pub mod config;
+#[allow(unsafe_code)] // the one module that may: see its docs
+mod ffi;
+pub mod runtime;

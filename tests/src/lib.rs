@@ -4,9 +4,11 @@
 //! connection manager and the simulated RNIC together on the deterministic fabric. [`world`]
 //! runs hosts with recorded histories, [`scenario`] scripts and generates runs, [`oracle`]
 //! checks the disconnect invariants, [`explore`] runs seed swarms, [`ping`] is `rnic ping`
-//! (rping over real UDP between processes).
+//! (rping over real UDP between processes), [`exec`] is `rnic exec` (unmodified C programs on
+//! the simulated RNIC through `librnic.so`).
 
 pub mod demo;
+pub mod exec;
 pub mod explore;
 pub mod host;
 pub mod oracle;

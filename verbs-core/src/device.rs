@@ -151,6 +151,17 @@ impl CompChannel {
         CompChannel { tx, rx }
     }
 
+    /// Number of CQ events queued and not yet taken (what a `poll()` on the channel's fd
+    /// reports as readable).
+    pub fn len(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// True when no CQ event is queued.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
     /// The sending side, for a device that delivers CQ events here.
     pub fn notifier(&self) -> CqNotifier {
         CqNotifier(self.tx.clone())

@@ -1,0 +1,70 @@
+//! The application's own buffer as the memory of a memory region (`ibv_reg_mr`).
+//!
+//! The simulated RNIC reads and writes a region only through
+//! [`rnic_sim::ExternalMemory`]; this is that trait over a raw pointer. Like a real RNIC's DMA,
+//! a peer's RDMA WRITE or an incoming SEND lands in the buffer while the application may be
+//! reading other parts of it, and the library never holds a Rust reference into it: every
+//! access is one `ptr::copy_nonoverlapping` of exactly the bytes the device asked for.
+
+use rnic_sim::ExternalMemory;
+
+/// `len` bytes at `addr` in the application's address space. See the module docs.
+#[derive(Debug)]
+pub struct UserMemory {
+    addr: usize,
+    len: usize,
+}
+
+impl UserMemory {
+    /// The buffer `[addr, addr + len)` that `ibv_reg_mr` was given.
+    ///
+    /// # Safety
+    /// The buffer stays mapped, readable and writable until the region is deregistered
+    /// (`ibv_reg_mr(3)`: the application must not free registered memory).
+    pub unsafe fn new(addr: usize, len: usize) -> UserMemory {
+        UserMemory { addr, len }
+    }
+}
+
+impl ExternalMemory for UserMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, offset: usize, buf: &mut [u8]) {
+        if offset
+            .checked_add(buf.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return; // the device checks bounds first; never read outside the buffer
+        }
+        // SAFETY: [addr + offset, + buf.len()) lies inside the registered buffer (checked
+        // above), which the application keeps mapped while registered (`UserMemory::new`);
+        // `buf` is a distinct Rust allocation, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.addr + offset) as *const u8,
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) {
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return;
+        }
+        // SAFETY: as in `read`: inside the registered, mapped buffer; `data` is a distinct
+        // Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.addr + offset) as *mut u8,
+                data.len(),
+            );
+        }
+    }
+}

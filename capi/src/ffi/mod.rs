@@ -1,0 +1,88 @@
+//! The `extern "C"` entry points: the only module of the workspace with `unsafe` (besides the
+//! hardware backend's). Every `unsafe` block carries a `// SAFETY:` comment
+//! (`clippy::undocumented_unsafe_blocks` enforces it) and every entry point runs its body under
+//! [`guard`], so a panic becomes an error return (`EIO`) and never unwinds into C.
+//!
+//! Pointer contract: every pointer the library hands out (device, context, PD, MR, CQ, QP, AH,
+//! channels, ids, events, addrinfo lists) is a `Box` leaked to C whose first field is the C
+//! struct; it is freed by the matching destroy call. A pointer an application passes in is
+//! trusted to be one of those (or a buffer the C API says it must be), as libibverbs trusts it.
+//!
+//! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
+//! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`), [`cm`] (`rdma_*`),
+//! [`addrinfo`] (`rdma_getaddrinfo`).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+#![allow(clippy::missing_safety_doc)] // the C API's man pages are the safety contract
+
+mod addrinfo;
+mod cm;
+mod convert;
+mod memory;
+mod objects;
+mod verbs;
+
+use crate::runtime::{runtime, Runtime};
+use std::collections::BTreeSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+use verbs_core::Error;
+
+/// Runs an entry point's body; a panic is logged and turns into `on_panic` with errno `EIO`.
+fn guard<R>(name: &'static str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(call = name, "librnic: panic in {name}: {what}");
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// Sets the calling thread's `errno`.
+fn set_errno(e: i32) {
+    nix::errno::Errno::set_raw(e);
+}
+
+/// The errno of a verbs-core error (positive).
+fn errno_of(e: &Error) -> i32 {
+    e.errno.code()
+}
+
+/// The runtime, or `ENODEV` when it could not start (the reason was printed once).
+fn rt() -> Result<&'static Runtime, i32> {
+    runtime().map_err(|_| libc::ENODEV)
+}
+
+/// A call the library does not implement: logs its name once (`RUST_LOG=rnic=info` or the
+/// default `warn` shows it) and returns the errno to report (`EOPNOTSUPP`).
+fn unsupported(name: &'static str) -> i32 {
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let first = SEEN.lock().map(|mut s| s.insert(name)).unwrap_or(false);
+    if first {
+        tracing::warn!(
+            call = name,
+            "librnic: {name} is not implemented (EOPNOTSUPP)"
+        );
+    }
+    libc::EOPNOTSUPP
+}
+
+/// `-1` with `errno`, the librdmacm convention.
+fn fail(e: i32) -> libc::c_int {
+    set_errno(e);
+    -1
+}
+
+/// A NULL pointer with `errno`, the libibverbs convention for calls returning objects.
+fn fail_null<T>(e: i32) -> *mut T {
+    set_errno(e);
+    std::ptr::null_mut()
+}

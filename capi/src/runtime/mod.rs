@@ -1,0 +1,360 @@
+//! The process's simulated RNIC: one [`Node`] (a [`SimNic`] and the [`RdmaCm`] that drives
+//! it, behind a seeded fault layer) on the real-time UDP driver of `rnic-sim`, started the first
+//! time the application touches the library, and shared by every thread of the application.
+//!
+//! The driver's thread is the progress thread: it receives datagrams, runs the transport's and
+//! the CM's timers and sends what they queue. Application threads call in through
+//! [`Runtime::with`], which locks the node, runs the call with the current time, sends what the
+//! call queued from the caller's thread, and raises the eventfds of channels that got events.
+//! Safe code only: raw pointers stay in `ffi`.
+
+mod signal;
+
+pub use signal::{wait_token, Signal};
+
+use crate::config::{Config, ROCE_PORT};
+use bytes::Bytes;
+use cm_core::api::{EventChannel, RdmaCm};
+use cm_core::engine::CmConfig;
+use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::fabric::Endpoint;
+use rnic_sim::nic::SimNic;
+use rnic_sim::rng::Rng;
+use rnic_sim::{SimDevice, SimDeviceConfig};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use verbs_core::{CompChannel, Gid, SimTime};
+
+/// Datagrams the fault layer (`RNIC_DROP_RATE`) dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropStats {
+    /// Outgoing datagrams dropped.
+    pub tx: u64,
+    /// Incoming datagrams dropped.
+    pub rx: u64,
+}
+
+/// A completion channel: the device's queue of CQ events and the eventfd the application sees.
+#[derive(Debug)]
+pub struct CompSignal {
+    /// The queue the device reports armed CQs to.
+    pub channel: CompChannel,
+    /// Its readiness.
+    pub signal: Signal,
+}
+
+/// The simulated host of this process. See the module docs.
+#[derive(Debug)]
+pub struct Node {
+    nic: SimNic,
+    cm: RdmaCm,
+    drop_ppm: u64,
+    rng: Rng,
+    drops: DropStats,
+    /// Completion channels by the number the library gave them.
+    pub comp: BTreeMap<u32, CompSignal>,
+    /// Event channels' readiness.
+    pub cm_signals: BTreeMap<EventChannel, Signal>,
+    next_comp: u32,
+}
+
+impl Node {
+    /// The device and the CM at once, for the rdma_cm calls that take the device.
+    pub fn split(&mut self) -> (&mut RdmaCm, &mut SimDevice) {
+        (&mut self.cm, self.nic.device_mut())
+    }
+
+    /// The device.
+    pub fn dev(&mut self) -> &mut SimDevice {
+        self.nic.device_mut()
+    }
+
+    /// The device, read-only.
+    pub fn device(&self) -> &SimDevice {
+        self.nic.device()
+    }
+
+    /// The CM, read-only.
+    pub fn cm(&self) -> &RdmaCm {
+        &self.cm
+    }
+
+    /// Datagrams dropped by the fault layer.
+    pub fn drops(&self) -> DropStats {
+        self.drops
+    }
+
+    /// Registers a completion channel and returns its number.
+    ///
+    /// # Errors
+    /// The eventfd could not be made.
+    pub fn add_comp_channel(&mut self) -> io::Result<(u32, &CompSignal)> {
+        let n = self.next_comp;
+        self.next_comp += 1;
+        let cs = CompSignal {
+            channel: CompChannel::new(),
+            signal: Signal::new()?,
+        };
+        Ok((n, self.comp.entry(n).or_insert(cs)))
+    }
+
+    /// Raises every channel's eventfd to the number of events queued on it: called after each
+    /// step of the node (driver input or application call).
+    pub fn signal(&mut self) {
+        for cs in self.comp.values_mut() {
+            cs.signal.raise_to(cs.channel.len() as u64);
+        }
+        for (ch, s) in &mut self.cm_signals {
+            s.raise_to(self.cm.pending_events(*ch) as u64);
+        }
+    }
+
+    fn lose(&mut self) -> bool {
+        self.drop_ppm > 0 && self.rng.below(1_000_000) < self.drop_ppm
+    }
+
+    fn poll_gsi(&mut self, now: SimTime) {
+        let (cm, dev) = self.split();
+        cm.poll_gsi(dev, now);
+    }
+}
+
+impl Endpoint for Node {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        if self.lose() {
+            self.drops.rx += 1;
+            return;
+        }
+        // A peer on a port other than 4791 (RNIC_PORT) is answered where it sent from.
+        if src.port() != ROCE_PORT {
+            self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
+        }
+        Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
+        self.poll_gsi(now);
+        self.signal();
+    }
+
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        loop {
+            let t = Endpoint::poll_transmit(&mut self.nic, now)?;
+            if !self.lose() {
+                return Some(t);
+            }
+            self.drops.tx += 1;
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<SimTime> {
+        match (Endpoint::poll_timeout(&self.nic), self.cm.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: SimTime) {
+        if Endpoint::poll_timeout(&self.nic).is_some_and(|t| t <= now) {
+            Endpoint::handle_timeout(&mut self.nic, now);
+        }
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            let (cm, dev) = self.split();
+            cm.handle_timeout(dev, now);
+        }
+        self.poll_gsi(now);
+        self.signal();
+    }
+
+    fn addr(&self) -> SocketAddr {
+        Endpoint::addr(&self.nic)
+    }
+}
+
+/// The process's RNIC and its progress thread. See the module docs.
+pub struct Runtime {
+    _driver: SpawnedUdpDriver<Node>,
+    handle: UdpHandle<Node>,
+    config: Config,
+    addr: SocketAddr,
+    /// Signalled on every `rdma_ack_cm_event`, for `rdma_destroy_id`'s wait.
+    acked: (Mutex<u64>, Condvar),
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("addr", &self.addr).finish()
+    }
+}
+
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
+/// The process's runtime, started on first use (reads the environment, binds the socket,
+/// starts the progress thread, installs the `RUST_LOG` subscriber).
+///
+/// # Errors
+/// Why it could not start (bad variable, address not bindable), the same message every call;
+/// it was also printed once on stderr.
+pub fn runtime() -> Result<&'static Runtime, &'static str> {
+    RUNTIME
+        .get_or_init(|| {
+            init_logging();
+            let r = Runtime::start();
+            if let Err(e) = &r {
+                eprintln!("librnic: {e}");
+                tracing::error!("{e}");
+            }
+            r
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Another subscriber (the application's own, if it is Rust) wins.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .try_init();
+}
+
+/// Eight bytes from the OS (`/dev/urandom`), for identifiers a peer must not guess.
+fn os_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u64::from_le_bytes(b),
+        // No urandom: the process ID and the clock still differ between runs.
+        Err(_) => {
+            #[allow(clippy::disallowed_methods)] // driver code: wall clock as a last resort
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            t ^ (u64::from(std::process::id()) << 32)
+        }
+    }
+}
+
+impl Runtime {
+    fn start() -> Result<Runtime, String> {
+        let config = Config::from_env().map_err(|e| e.to_string())?;
+        let socket = bind(&config)?;
+        let addr = socket
+            .local_addr()
+            .map_err(|e| format!("socket has no address: {e}"))?;
+        let seed = config.seed.unwrap_or_else(os_seed);
+        let gid = Gid::from_ip(addr.ip());
+        let mut dcfg = SimDeviceConfig::new(config.device.clone(), gid);
+        dcfg.active_mtu = config.mtu;
+        let dev = SimDevice::new(dcfg);
+        let mut cm_cfg = CmConfig {
+            ca_guid: dev.config().node_guid,
+            seed,
+            path_mtu: config.mtu,
+            ..CmConfig::default()
+        };
+        if config.fast_timers {
+            // As `rnic ping --fast-timers`: RC ACK timeout 16.8 ms, TimeWait 16 ms, CM
+            // response timeout 24 ms with 4 retries.
+            cm_cfg.packet_life_time = 10;
+            cm_cfg.ack_delay = 10;
+            cm_cfg.cm_response_timeout = 12;
+            cm_cfg.max_cm_retries = 4;
+        }
+        let cm = RdmaCm::new(&dev, cm_cfg).map_err(|e| format!("connection manager: {e}"))?;
+        let node = Node {
+            nic: SimNic::new(dev, addr),
+            cm,
+            drop_ppm: (config.drop_rate * 1e6).round() as u64,
+            rng: Rng::new(seed ^ 0x6472_6f70), // "drop": its own stream
+            drops: DropStats::default(),
+            comp: BTreeMap::new(),
+            cm_signals: BTreeMap::new(),
+            next_comp: 1,
+        };
+        let driver = UdpDriver::spawn(node, socket)
+            .map_err(|e| format!("cannot start the progress thread: {e}"))?;
+        let handle = driver.handle().clone();
+        // Application threads wait on eventfds, not on the driver's condvar.
+        handle.set_wake_filter(|_| false);
+        tracing::info!(%addr, device = %config.device, "simulated RNIC up");
+        Ok(Runtime {
+            _driver: driver,
+            handle,
+            config,
+            addr,
+            acked: (Mutex::new(0), Condvar::new()),
+        })
+    }
+
+    /// Runs `f` on the node with the current time, sends what it queued and raises the
+    /// channels' eventfds.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
+        self.handle.with(|node, now| {
+            let r = f(node, now);
+            node.signal();
+            r
+        })
+    }
+
+    /// The socket address of this RNIC (its GID's IP, port 4791 unless `RNIC_PORT`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Records an `rdma_ack_cm_event` and wakes `rdma_destroy_id` waiters.
+    pub fn note_ack(&self) {
+        let mut n = self.acked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *n += 1;
+        self.acked.1.notify_all();
+    }
+
+    /// Blocks until `done()` holds, re-checking after every ack (librdmacm's
+    /// `rdma_destroy_id` waits for every event it returned to be acked).
+    pub fn wait_for_acks(&self, mut done: impl FnMut() -> bool) {
+        let mut n = self.acked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while !done() {
+            let seen = *n;
+            while *n == seen {
+                n = self.acked.1.wait(n).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+}
+
+/// Binds the RNIC's UDP socket: `RNIC_ADDR` (any error is final), or the first loopback
+/// address whose port is free.
+fn bind(config: &Config) -> Result<UdpSocket, String> {
+    let mut last = String::new();
+    for ip in config.candidate_addrs() {
+        let addr = SocketAddr::new(ip, config.port);
+        match UdpSocket::bind(addr) {
+            Ok(s) => return Ok(s),
+            Err(e) if config.addr.is_none() && e.kind() == io::ErrorKind::AddrInUse => {
+                last = format!("{addr}: {e}");
+            }
+            Err(e) => {
+                let hint = match (&ip, e.kind()) {
+                    (_, io::ErrorKind::AddrInUse) => {
+                        " (another simulated RNIC uses it: give each process its own RNIC_ADDR, e.g. 127.0.0.2)"
+                    }
+                    (IpAddr::V4(_) | IpAddr::V6(_), io::ErrorKind::AddrNotAvailable) => {
+                        " (not an address of this host)"
+                    }
+                    _ => "",
+                };
+                return Err(format!("cannot bind RNIC_ADDR {addr}: {e}{hint}"));
+            }
+        }
+    }
+    Err(format!(
+        "no free loopback address for the simulated RNIC (port {} taken on 127.0.0.1 … 127.0.0.254; last: {last}); set RNIC_ADDR",
+        config.port
+    ))
+}

@@ -1,0 +1,172 @@
+//! `rnic exec`: runs an unmodified RDMA program on a simulated RNIC of its own, by preloading
+//! `librnic.so` (the `rnic-capi` crate) and setting its environment (`docs/capi.md`).
+//!
+//! The program replaces the `rnic` process (`execvp`), so its exit status, signals and
+//! standard streams are the program's own.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The library's file name.
+pub const LIB_NAME: &str = "librnic.so";
+
+/// What `rnic exec` was asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecOptions {
+    /// `RNIC_ADDR`: the RNIC's IP (its GID); `None` lets the library take the first free
+    /// loopback address.
+    pub addr: Option<String>,
+    /// `RNIC_DEVICE`.
+    pub device: Option<String>,
+    /// `RNIC_MTU`, bytes.
+    pub mtu: Option<u32>,
+    /// `RNIC_DROP_RATE`.
+    pub drop_rate: Option<f64>,
+    /// `RNIC_SEED`.
+    pub seed: Option<u64>,
+    /// `RNIC_FAST_TIMERS=1`.
+    pub fast_timers: bool,
+    /// The library to preload; `None`: [`find_library`].
+    pub lib: Option<PathBuf>,
+    /// The program and its arguments.
+    pub argv: Vec<OsString>,
+}
+
+/// Where `librnic.so` is: `$RNIC_LIB`, else beside the running executable (`target/<profile>/`,
+/// where cargo puts it when `rnic-capi` is built as a workspace member) or in its `deps/`
+/// (where it is when built as a dependency of `rnic`).
+pub fn find_library() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("RNIC_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let mut candidates = vec![dir.join(LIB_NAME), dir.join("deps").join(LIB_NAME)];
+    // A test binary lives in target/<profile>/deps itself.
+    if let Some(up) = dir.parent() {
+        candidates.push(up.join(LIB_NAME));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The command that runs `opts.argv` with the library preloaded and the options as
+/// environment variables (an `LD_PRELOAD` already set is kept, after ours).
+///
+/// # Errors
+/// No program given; the library not found (the message says how to build it).
+pub fn command(opts: &ExecOptions) -> Result<Command, String> {
+    let Some((prog, args)) = opts.argv.split_first() else {
+        return Err("no program given: rnic exec [OPTIONS] -- PROGRAM [ARGS...]".into());
+    };
+    let lib = match &opts.lib {
+        Some(l) => l.clone(),
+        None => find_library().ok_or_else(|| {
+            format!(
+                "{LIB_NAME} not found beside {} (build it with `cargo build --release -p rnic-capi`, \
+                 or name it with --lib or RNIC_LIB)",
+                std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "rnic".into())
+            )
+        })?,
+    };
+    if !lib.is_file() {
+        return Err(format!("{}: no such file", lib.display()));
+    }
+    let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    cmd.env(
+        "LD_PRELOAD",
+        preload_value(&lib, std::env::var_os("LD_PRELOAD")),
+    );
+    let mut set = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    };
+    set("RNIC_ADDR", opts.addr.clone());
+    set("RNIC_DEVICE", opts.device.clone());
+    set("RNIC_MTU", opts.mtu.map(|m| m.to_string()));
+    set("RNIC_DROP_RATE", opts.drop_rate.map(|p| p.to_string()));
+    set("RNIC_SEED", opts.seed.map(|s| s.to_string()));
+    set(
+        "RNIC_FAST_TIMERS",
+        opts.fast_timers.then(|| "1".to_string()),
+    );
+    Ok(cmd)
+}
+
+fn preload_value(lib: &Path, existing: Option<OsString>) -> OsString {
+    let mut v = lib.as_os_str().to_os_string();
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(":");
+        v.push(e);
+    }
+    v
+}
+
+/// Replaces this process with the program (`execvp`). Returns only on failure, with the
+/// message to print.
+pub fn exec(opts: &ExecOptions) -> String {
+    use std::os::unix::process::CommandExt;
+    match command(opts) {
+        Ok(mut cmd) => {
+            let e = cmd.exec();
+            let prog = opts
+                .argv
+                .first()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("{prog}: {e}")
+        }
+        Err(e) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preload_keeps_an_existing_one_after_ours() {
+        let v = preload_value(Path::new("/x/librnic.so"), Some("/y/other.so".into()));
+        assert_eq!(v, OsString::from("/x/librnic.so:/y/other.so"));
+        let v = preload_value(Path::new("/x/librnic.so"), Some("".into()));
+        assert_eq!(v, OsString::from("/x/librnic.so"));
+    }
+
+    #[test]
+    fn options_become_the_environment() {
+        let dir = std::env::temp_dir().join(format!("rnic-exec-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let lib = dir.join(LIB_NAME);
+        let _ = std::fs::write(&lib, b"");
+        let opts = ExecOptions {
+            addr: Some("127.0.0.7".into()),
+            mtu: Some(4096),
+            fast_timers: true,
+            lib: Some(lib),
+            argv: vec!["true".into()],
+            ..ExecOptions::default()
+        };
+        let cmd = command(&opts).unwrap_or_else(|e| panic!("{e}"));
+        let env: Vec<(String, String)> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("RNIC_ADDR"), Some("127.0.0.7"));
+        assert_eq!(get("RNIC_MTU"), Some("4096"));
+        assert_eq!(get("RNIC_FAST_TIMERS"), Some("1"));
+        assert_eq!(get("RNIC_SEED"), None);
+        assert!(get("LD_PRELOAD").is_some_and(|v| v.ends_with(LIB_NAME)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn no_program_is_an_error() {
+        assert!(command(&ExecOptions::default()).is_err());
+    }
+}
