@@ -75,6 +75,7 @@ unsafe fn id_call(
             (res, n.cm().addrs(h))
         });
         refresh(b, addrs, bound_after && res.is_ok());
+        tracing::debug!(id = h.0, "{name}: {res:?}");
         match res {
             Ok(()) => 0,
             Err(e) => fail(errno_of(&e)),
@@ -604,6 +605,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 }
             });
             if let Some(p) = got {
+                // SAFETY: `p` was just made by `make_event`.
+                let (ev, st) = unsafe { ((*p).event.event, (*p).c.status) };
+                tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
                 // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
                 unsafe { *event = p.cast() };
                 return 0;

@@ -58,6 +58,8 @@ fn errno_of(e: &Error) -> i32 {
 
 /// The runtime, or `ENODEV` when it could not start (the reason was printed once).
 fn rt() -> Result<&'static Runtime, i32> {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(stats_at_exit);
     runtime().map_err(|_| libc::ENODEV)
 }
 
@@ -85,4 +87,42 @@ fn fail(e: i32) -> libc::c_int {
 fn fail_null<T>(e: i32) -> *mut T {
     set_errno(e);
     std::ptr::null_mut()
+}
+
+/// Prints the RNIC's counters on stderr (`Runtime::stats`). Not part of any rdma-core API:
+/// call it from a debugger (`call rnic_dump_stats()`) or set `RNIC_STATS=1` to have it run at
+/// exit.
+#[no_mangle]
+pub extern "C" fn rnic_dump_stats() {
+    guard("rnic_dump_stats", (), || {
+        if let Ok(r) = runtime() {
+            eprint!("{}", r.stats());
+        }
+    })
+}
+
+/// Registers [`rnic_dump_stats`] with `atexit` when `RNIC_STATS=1` (once, at start-up).
+pub(crate) fn stats_at_exit() {
+    extern "C" fn dump() {
+        rnic_dump_stats();
+    }
+    match std::env::var("RNIC_STATS").ok().as_deref() {
+        Some("1") => {
+            // SAFETY: `dump` is a plain `extern "C" fn()` that catches its own panics.
+            unsafe { libc::atexit(dump) };
+        }
+        // RNIC_STATS=every:MS also prints them every MS milliseconds, from a thread of its own.
+        Some(v) if v.starts_with("every:") => {
+            let ms = v["every:".len()..].parse::<u64>().unwrap_or(1000).max(10);
+            let _ = std::thread::Builder::new()
+                .name("rnic-stats".into())
+                .spawn(move || loop {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    rnic_dump_stats();
+                });
+            // SAFETY: as above.
+            unsafe { libc::atexit(dump) };
+        }
+        _ => {}
+    }
 }

@@ -585,7 +585,7 @@ unsafe extern "C" fn rnic_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) 
         };
         // SAFETY: a live CQ of this library.
         let h = CqHandle(unsafe { (*cq).handle });
-        match r.with(|n, _| n.dev().req_notify_cq(h, solicited_only != 0)) {
+        match r.with_quiet(|n, _| n.dev().req_notify_cq(h, solicited_only != 0)) {
             Ok(()) => 0,
             Err(e) => errno_of(&e),
         }
@@ -614,7 +614,7 @@ unsafe extern "C" fn rnic_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut 
         WC_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             buf.clear();
-            match r.with(|n, _| n.dev().poll_cq(h, max, &mut buf)) {
+            match r.with_quiet(|n, _| n.dev().poll_cq(h, max, &mut buf)) {
                 Ok(_) => {
                     for (i, w) in buf.iter().enumerate().take(max) {
                         // SAFETY: `wc` holds `num_entries` writable entries (ibv_poll_cq(3)).
@@ -818,8 +818,8 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, i32>
 /// One `struct ibv_send_wr` as a [`SendWr`].
 ///
 /// # Safety
-/// `w` is a readable WR whose `sg_list` and (for UD) `wr.ud.ah` are valid.
-unsafe fn send_wr(w: &ibv_send_wr) -> Result<SendWr, i32> {
+/// `w` is a readable WR whose `sg_list` and (on a UD QP, `ud`) `wr.ud.ah` are valid.
+unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, i32> {
     let opcode = u8::try_from(w.opcode)
         .ok()
         .and_then(WrOpcode::from_raw)
@@ -850,7 +850,8 @@ unsafe fn send_wr(w: &ibv_send_wr) -> Result<SendWr, i32> {
                     rkey: w.wr.atomic.rkey,
                 };
             }
-            WrOpcode::Send | WrOpcode::SendWithImm => {
+            // Only a UD QP's SEND carries an address handle; an RC SEND leaves `wr` as it was.
+            WrOpcode::Send | WrOpcode::SendWithImm if ud => {
                 let ah = w.wr.ud.ah;
                 if !ah.is_null() {
                     wr.ud = UdWr {
@@ -860,6 +861,7 @@ unsafe fn send_wr(w: &ibv_send_wr) -> Result<SendWr, i32> {
                     };
                 }
             }
+            WrOpcode::Send | WrOpcode::SendWithImm => {}
         }
     }
     Ok(wr)
@@ -875,6 +877,8 @@ unsafe extern "C" fn rnic_post_send(
         let (Ok(r), false) = (rt(), qp.is_null()) else {
             return libc::EINVAL;
         };
+        // SAFETY: a live QP of this library.
+        let ud = unsafe { (*qp).qp_type } == IBV_QPT_UD;
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
         let mut p = wr;
@@ -882,7 +886,7 @@ unsafe extern "C" fn rnic_post_send(
             // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_send(3)).
             let w = unsafe { &*p };
             // SAFETY: same contract for its SGEs and AH.
-            match unsafe { send_wr(w) } {
+            match unsafe { send_wr(w, ud) } {
                 Ok(s) => wrs.push(s),
                 Err(e) => return set_bad(bad_wr, p, e),
             }

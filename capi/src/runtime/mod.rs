@@ -298,6 +298,12 @@ impl Runtime {
         })
     }
 
+    /// Runs `f` on the node for a call that queues no datagram and no event (polling or arming
+    /// a CQ, queries): nothing is sent, no eventfd is raised, the progress thread is not woken.
+    pub fn with_quiet<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
+        self.handle.with_quiet(f)
+    }
+
     /// The socket address of this RNIC (its GID's IP, port 4791 unless `RNIC_PORT`).
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -306,6 +312,23 @@ impl Runtime {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The counters of this RNIC as text, one group a line: UDP socket, datagram codec,
+    /// transport (drops by reason, ACKs, NAKs, retries), CM MADs, fault-layer drops.
+    pub fn stats(&self) -> String {
+        let udp = self.handle.stats();
+        self.with_quiet(|n, now| {
+            format!(
+                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n",
+                self.addr,
+                now.as_nanos() as f64 / 1e9,
+                n.nic.datagram_counters(),
+                n.device().counters(),
+                n.cm.counters(),
+                n.drops,
+            )
+        })
     }
 
     /// Records an `rdma_ack_cm_event` and wakes `rdma_destroy_id` waiters.

@@ -34,6 +34,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -117,6 +118,8 @@ type WakeFilter<E> = Box<dyn FnMut(&E) -> bool + Send>;
 /// What the driver and its handles share.
 struct Shared<E> {
     state: Mutex<State<E>>,
+    /// The driver thread wants the lock: handles let it in first (see [`Shared::lock`]).
+    driver_waiting: AtomicBool,
     /// The wall-clock epoch: `SimTime::ZERO`.
     epoch: Instant,
     /// Wakes blocking waiters after every change.
@@ -132,6 +135,7 @@ struct Shared<E> {
 impl<E> Shared<E> {
     fn new(endpoint: E, direct: Option<std::net::UdpSocket>) -> Arc<Self> {
         Arc::new(Shared {
+            driver_waiting: AtomicBool::new(false),
             state: Mutex::new(State {
                 endpoint,
                 stats: UdpStats::default(),
@@ -149,9 +153,25 @@ impl<E> Shared<E> {
         })
     }
 
-    /// The state; a panic in another holder does not make it unusable.
+    /// The state, for a handle; a panic in another holder does not make it unusable.
+    ///
+    /// While the driver thread waits for the lock, a handle yields until it has had it: an
+    /// application thread that polls a completion queue in a loop would otherwise take the
+    /// lock again and again before the woken driver runs, and no datagram would be received
+    /// (a std mutex is not fair).
     fn lock(&self) -> MutexGuard<'_, State<E>> {
+        while self.driver_waiting.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state, for the driver thread: announces itself so that handles step aside.
+    fn lock_driver(&self) -> MutexGuard<'_, State<E>> {
+        self.driver_waiting.store(true, Ordering::Release);
+        let g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.driver_waiting.store(false, Ordering::Release);
+        g
     }
 
     /// Nanoseconds since the epoch.
@@ -270,6 +290,14 @@ impl<E> UdpHandle<E> {
         }
         self.shared.notify_changed();
         r
+    }
+
+    /// Runs `f` on the endpoint with the current time, for a call that queues nothing to send
+    /// and moves no deadline (e.g. polling a completion queue): no send, no wake-up of the
+    /// driver or of waiters. Use [`with`](Self::with) for anything else.
+    pub fn with_quiet<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
+        let mut st = self.shared.lock();
+        f(&mut st.endpoint, self.shared.now())
     }
 
     /// Blocks until `cond` holds for the endpoint (checked after every event the driver
@@ -409,7 +437,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
             // Send the backlog, then what the endpoint wants to send, and read its deadline
             // (no await under the lock; non-blocking sends keep the order queued).
             let (deadline, blocked) = {
-                let mut st = shared.lock();
+                let mut st = shared.lock_driver();
                 if st.stop_requested {
                     return Ok(());
                 }
@@ -445,19 +473,19 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 r = self.socket.recv_from(&mut buf) => match r {
                     Ok((n, src)) => {
                         let bytes = Bytes::copy_from_slice(&buf[..n]);
-                        let mut st = shared.lock();
+                        let mut st = shared.lock_driver();
                         st.endpoint.handle_datagram(shared.now(), src, bytes);
                         st.stats.received += 1;
                         visible(&mut st)
                     }
                     Err(e) if is_icmp_error(&e) => {
-                        shared.lock().stats.recv_errors += 1;
+                        shared.lock_driver().stats.recv_errors += 1;
                         false
                     }
                     Err(e) => return Err(e),
                 },
                 () = tokio::time::sleep_until(wake_at) => {
-                    let mut st = shared.lock();
+                    let mut st = shared.lock_driver();
                     let now = shared.now();
                     if st.endpoint.poll_timeout().is_some_and(|d| d <= now) {
                         st.endpoint.handle_timeout(now);
