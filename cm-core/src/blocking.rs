@@ -1,17 +1,22 @@
 //! Waiting for CM events from real-time drivers: a blocking wait on a condvar and an async
-//! (tokio) wait. The sans-IO [`RdmaCm`] is untouched: this wrapper owns it and the device behind
-//! one lock, and wakes waiters after every call made through [`SharedCm::with`].
+//! (tokio) wait. The sans-IO [`RdmaCm`] is untouched: this wrapper owns it, the device behind
+//! one lock and the driver's clock, and wakes waiters after every call made through
+//! [`SharedCm::with`].
 
 use crate::api::{CmDevice, CmEvent, EventChannel, RdmaCm};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Duration;
-use verbs_core::{Errno, Error};
+use verbs_core::{Errno, Error, SimTime};
+
+/// The driver's clock: the [`SimTime`] it runs the CM at.
+type Clock = Box<dyn Fn() -> SimTime + Send + Sync>;
 
 struct Inner<D> {
     state: Mutex<(RdmaCm, D)>,
     cond: Condvar,
     notify: tokio::sync::Notify,
+    clock: Clock,
 }
 
 /// An [`RdmaCm`] and its device shared between a driver (feeding MADs and timers) and
@@ -29,13 +34,15 @@ impl<D> Clone for SharedCm<D> {
 }
 
 impl<D: CmDevice> SharedCm<D> {
-    /// Wraps a CM and its device.
-    pub fn new(cm: RdmaCm, dev: D) -> Self {
+    /// Wraps a CM and its device. `clock` is the driver's time: a fetched event may do work
+    /// that needs it (librdmacm's CONNECT_RESPONSE step, [`RdmaCm::get_cm_event`]).
+    pub fn new(cm: RdmaCm, dev: D, clock: impl Fn() -> SimTime + Send + Sync + 'static) -> Self {
         SharedCm {
             inner: Arc::new(Inner {
                 state: Mutex::new((cm, dev)),
                 cond: Condvar::new(),
                 notify: tokio::sync::Notify::new(),
+                clock: Box::new(clock),
             }),
         }
     }
@@ -53,21 +60,28 @@ impl<D: CmDevice> SharedCm<D> {
         r
     }
 
+    /// [`RdmaCm::get_cm_event`] under the lock held in `st`, at the clock's time.
+    fn get(&self, st: &mut (RdmaCm, D), channel: EventChannel) -> Result<CmEvent, Error> {
+        let (cm, dev) = st;
+        cm.get_cm_event(dev, (self.inner.clock)(), channel)
+    }
+
     /// `rdma_get_cm_event` on a blocking channel with a timeout (`poll(2)` then get).
     ///
     /// # Errors
     /// `EAGAIN` when nothing arrives within `timeout`; `EINVAL` for an unknown channel.
     pub fn wait_event(&self, channel: EventChannel, timeout: Duration) -> Result<CmEvent, Error> {
         let mut g = self.inner.state.lock();
-        match g.0.get_cm_event(channel) {
+        match self.get(&mut g, channel) {
             Err(e) if e.errno == Errno::EAGAIN => {}
             other => return other,
         }
         // parking_lot keeps the deadline; spurious wake-ups re-check the condition.
+        // `pending_events` > 0 guarantees that the get below returns an event.
         self.inner
             .cond
             .wait_while_for(&mut g, |st| st.0.pending_events(channel) == 0, timeout);
-        g.0.get_cm_event(channel)
+        self.get(&mut g, channel)
     }
 
     /// Waits (async) for the next event on `channel`.
@@ -79,7 +93,7 @@ impl<D: CmDevice> SharedCm<D> {
             let notified = self.inner.notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            match self.inner.state.lock().0.get_cm_event(channel) {
+            match self.get(&mut self.inner.state.lock(), channel) {
                 Err(e) if e.errno == Errno::EAGAIN => {}
                 other => return other,
             }

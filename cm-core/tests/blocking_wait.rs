@@ -8,12 +8,13 @@ use cm_core::wire::RdmaPortSpace;
 use harness::World;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+use verbs_core::SimTime;
 
 #[test]
 fn wait_event_returns_an_already_queued_event() {
     let h = World::host(0, harness::cfg(0, 1));
     let ch = h.ch;
-    let shared = SharedCm::new(h.cm, h.dev);
+    let shared = SharedCm::new(h.cm, h.dev, || SimTime::ZERO);
     shared.with(|cm, _| {
         let id = cm.create_id(ch, RdmaPortSpace::Tcp).unwrap();
         let dst = SocketAddr::new(IpAddr::V4(harness::ip(1)), harness::PORT);
@@ -28,7 +29,7 @@ fn wait_event_returns_an_already_queued_event() {
 fn next_event_async_returns_an_already_queued_event() {
     let h = World::host(0, harness::cfg(0, 1));
     let ch = h.ch;
-    let shared = SharedCm::new(h.cm, h.dev);
+    let shared = SharedCm::new(h.cm, h.dev, || SimTime::ZERO);
     shared.with(|cm, _| {
         let id = cm.create_id(ch, RdmaPortSpace::Tcp).unwrap();
         let dst = SocketAddr::new(IpAddr::V4(harness::ip(1)), harness::PORT);
@@ -45,7 +46,7 @@ fn next_event_async_returns_an_already_queued_event() {
 fn wait_event_wakes_when_another_thread_queues_an_event() {
     let h = World::host(0, harness::cfg(0, 1));
     let ch = h.ch;
-    let shared = SharedCm::new(h.cm, h.dev);
+    let shared = SharedCm::new(h.cm, h.dev, || SimTime::ZERO);
     let id = shared
         .with(|cm, _| cm.create_id(ch, RdmaPortSpace::Tcp))
         .unwrap();
@@ -67,7 +68,7 @@ fn wait_event_wakes_when_another_thread_queues_an_event() {
 fn wait_event_times_out_with_eagain_and_rejects_an_unknown_channel() {
     let h = World::host(0, harness::cfg(0, 1));
     let ch = h.ch;
-    let shared = SharedCm::new(h.cm, h.dev);
+    let shared = SharedCm::new(h.cm, h.dev, || SimTime::ZERO);
     let e = shared.wait_event(ch, Duration::from_millis(1)).unwrap_err();
     assert_eq!(e.errno, verbs_core::Errno::EAGAIN);
     let gone = shared.with(|cm, _| {

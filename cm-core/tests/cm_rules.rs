@@ -569,7 +569,12 @@ fn unacked_event_makes_destroy_fail_with_ebusy_until_acked() {
 fn get_cm_event_on_empty_channel_is_eagain() {
     let mut w = World::new();
     let h = &mut w.hosts[0];
-    assert_eq!(h.cm.get_cm_event(h.ch).unwrap_err().errno, Errno::EAGAIN);
+    assert_eq!(
+        h.cm.get_cm_event(&mut h.dev, SimTime::ZERO, h.ch)
+            .unwrap_err()
+            .errno,
+        Errno::EAGAIN
+    );
 }
 
 #[test]

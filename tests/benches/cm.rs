@@ -103,8 +103,9 @@ impl World {
                 .unwrap_or_else(|| panic!("host {h}: idle while waiting for {want:?}"));
             self.sim.run_until(t);
         }
-        let (cm, _) = self.sim.endpoint_mut(h).unwrap().split();
-        let ev = cm.get_cm_event(ch).unwrap();
+        let now = self.sim.now();
+        let (cm, dev) = self.sim.endpoint_mut(h).unwrap().split();
+        let ev = cm.get_cm_event(dev, now, ch).unwrap();
         assert_eq!((ev.event, ev.status), (want, 0), "host {h}: {ev:?}");
         let id = ev.id;
         cm.ack_cm_event(ev).unwrap();

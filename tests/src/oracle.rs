@@ -19,7 +19,8 @@
 //! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
 //!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
 //!   event is un-acked), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
-//!   accepted from INIT; a deaf host's sends may be accepted: its QP reaches RTS unseen), by
+//!   accepted from INIT; an active QP is ready when ESTABLISHED is read: librdmacm moves it to
+//!   RTS when the application fetches the CONNECT_RESPONSE, so a deaf host's stays in INIT), by
 //!   the state tracked from the history; other calls may return only 0 or EINVAL.
 //! * **L1–L3** (only when the history was healed and is quiescent): an id on which disconnect
 //!   was called after ESTABLISHED gets exactly one DISCONNECTED (L1; unless a REJ came instead:
@@ -196,8 +197,6 @@ struct Checker {
     /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
     /// (cm-spec §4.4 step 2): (host, life, QPN, the call), in history (= time) order.
     must_be_err: VecDeque<(u8, u8, u32, Entry)>,
-    /// [`History::deaf`]: hosts whose application never reads CM events.
-    deaf: Vec<bool>,
 }
 
 impl Checker {
@@ -479,16 +478,11 @@ impl Checker {
                 expect(self, 0, "rdma_ack_cm_event");
             }
             Call::Post { qpn, op, .. } => {
+                // An active QP reaches RTS only when its application fetches the
+                // CONNECT_RESPONSE (librdmacm's work, §4.3), which the history records as
+                // ESTABLISHED: a deaf host's QP stays in INIT.
                 let ready = self.host(h).ready.contains(&qpn);
-                // A deaf host's active QP reaches RTS when the REP arrives (cm-core does
-                // librdmacm's CONNECT_RESPONSE work at once, §4.3), but the history shows no
-                // ESTABLISHED for it: a send may return 0 or EINVAL there.
-                let deaf = self.deaf.get(usize::from(h)).copied().unwrap_or(false);
-                let want = if op == Op::Recv || ready || (deaf && errno == 0) {
-                    0
-                } else {
-                    EINVAL
-                };
+                let want = if op == Op::Recv || ready { 0 } else { EINVAL };
                 expect(self, want, "ibv_post");
             }
             Call::QpToErr { .. } => expect(self, 0, "ibv_modify_qp(ERR)"),
@@ -687,10 +681,7 @@ pub fn check(history: &History) -> Vec<Violation> {
 
 /// [`check`], also returning the "sometimes" situations reached.
 pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
-    let mut c = Checker {
-        deaf: history.deaf.clone(),
-        ..Checker::default()
-    };
+    let mut c = Checker::default();
     for e in &history.entries {
         if !c.must_be_err.is_empty() {
             c.settle_disconnects(Some(e.at));

@@ -825,7 +825,8 @@ pub enum EventMode {
     AckAfter(u64),
     /// Reads, never acks.
     NeverAck,
-    /// Never reads events (they stay queued; not recorded).
+    /// Never reads events (they stay queued; not recorded). librdmacm's fetch-time work never
+    /// happens either: an active QP stays in INIT, no RTU leaves, a REJECTED leaves the QP alone.
     NeverRead,
 }
 
@@ -1245,7 +1246,7 @@ impl World {
                 if cm.pending_events(app.ch) == 0 {
                     break;
                 }
-                let Ok(ev) = cm.get_cm_event(app.ch) else {
+                let Ok(ev) = cm.get_cm_event(dev, now, app.ch) else {
                     break;
                 };
                 let comm_id = cm.engine().local_comm_id(IbCmId(ev.id.0)).unwrap_or(0);

@@ -70,8 +70,9 @@ fn step(sim: &mut Simulation<Host>) {
 
 /// The next event of `ch` on host `h`, acked; `None` when the channel is empty.
 fn event(sim: &mut Simulation<Host>, h: usize, ch: EventChannel) -> Option<CmEvent> {
-    let (cm, _) = sim.endpoint_mut(h).unwrap().split();
-    let ev = cm.get_cm_event(ch).ok()?;
+    let now = sim.now();
+    let (cm, dev) = sim.endpoint_mut(h).unwrap().split();
+    let ev = cm.get_cm_event(dev, now, ch).ok()?;
     cm.ack_cm_event(ev.clone()).unwrap();
     Some(ev)
 }
@@ -192,8 +193,12 @@ fn connected(capture: bool) -> World {
     };
     step(&mut sim);
 
+    // Fetching the CONNECT_RESPONSE moves the client's QP to RTS and sends the RTU (librdmacm's
+    // work in rdma_get_cm_event); the server is ESTABLISHED once the RTU arrives.
     let est = expect_event(&mut sim, CLIENT, cch, CmEventType::Established);
     assert_eq!((est.status, est.param.qp_num), (0, sqp.qp_num));
+    assert_eq!(qp_state(&sim, CLIENT, cqp), QpState::Rts);
+    step(&mut sim);
     let est = expect_event(&mut sim, SERVER, sch, CmEventType::Established);
     assert_eq!(est.status, 0);
     assert_eq!(qp_state(&sim, CLIENT, cqp), QpState::Rts);

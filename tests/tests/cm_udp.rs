@@ -109,9 +109,9 @@ impl Node {
                 .wait_until(WAIT, |host| host.cm().pending_events(ch) > 0),
             "{who}: no CM event within {WAIT:?} (expected {want:?})"
         );
-        self.h().with(|host, _| {
-            let (cm, _) = host.split();
-            let ev = cm.get_cm_event(ch).unwrap();
+        self.h().with(|host, now| {
+            let (cm, dev) = host.split();
+            let ev = cm.get_cm_event(dev, now, ch).unwrap();
             cm.ack_cm_event(ev.clone()).unwrap();
             ev
         })

@@ -390,13 +390,25 @@ fn disconnect_row_while_connecting_returns_0_moves_qp_to_err_sends_no_dreq_or_dr
     assert_eq!(w.disconnect(a), Ok(()));
     assert_eq!(w.ib_cm_state(0, a.id), Some(IbCmState::ReqSent));
     assert_eq!(w.qp_state(a), Some(QpState::Err));
-    // The REQ is answered: the REP cannot move the active QP (ERR) to RTR, so the active side
-    // reports CONNECT_ERROR and rejects with 28; the passive side gets REJECTED(28).
+    // The REQ is answered. When the active application fetches the CONNECT_RESPONSE, librdmacm
+    // cannot move its QP (ERR) to RTR: it reports CONNECT_ERROR and sends nothing
+    // (ucma_process_conn_resp never reaches the kernel's accept), so the IB CM id stays in
+    // REP_RCVD and the passive side keeps waiting for an RTU.
     let pid = w.wait_event(1, None, E::ConnectRequest).unwrap();
     let p = w.accept(1, pid).unwrap();
     let rp = w.post_recvs(p, 3);
-    w.check().unwrap();
+    w.wait_event(0, Some(a.id), E::ConnectError).unwrap();
+    w.run_for(MS);
     assert_eq!(statuses(&w, a, E::ConnectError), [-(Errno::EINVAL as i32)]);
+    assert_eq!(w.ib_cm_state(0, a.id), Some(IbCmState::RepRcvd));
+    assert!(
+        rej_reasons(&mut w, 0).is_empty(),
+        "nothing sent at the fetch"
+    );
+    // The application gives up on the id: rdma_destroy_id rejects from REP_RCVD with 28
+    // (cm-spec §3.3) and the passive side gets REJECTED(28).
+    w.destroy(a).unwrap();
+    w.check().unwrap();
     assert_eq!(statuses(&w, p, E::Rejected), [28]);
     assert_eq!(rej_reasons(&mut w, 0), [28]);
     for e in [a, p] {

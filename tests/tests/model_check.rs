@@ -313,7 +313,7 @@ fn pump(nodes: &mut [Node]) {
 
 /// The next CM event of `n`'s channel, acked.
 fn event(n: &mut Node, ch: EventChannel) -> Option<cm_core::api::CmEvent> {
-    let ev = n.cm.get().get_cm_event(ch).ok()?;
+    let ev = n.cm.get().get_cm_event(&mut n.dev, n.now, ch).ok()?;
     n.cm.get().ack_cm_event(ev.clone()).unwrap();
     Some(ev)
 }
@@ -395,7 +395,10 @@ fn established(b: &Bounds) -> State {
         (n.id, n.qp, n.cq) = (req.id, qp, cq);
     }
     pump(&mut nodes);
+    // Fetching the CONNECT_RESPONSE moves the active QP to RTS and sends the RTU (librdmacm's
+    // work in rdma_get_cm_event); the passive side is ESTABLISHED once the RTU arrives.
     expect(&mut nodes[0], ch0, E::Established);
+    pump(&mut nodes);
     expect(&mut nodes[1], ch1, E::Established);
 
     let mut hist = vec![Hist::default(), Hist::default()];

@@ -23,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use cm_core::api::{CmEventType as E, CmIdHandle};
+use cm_core::engine::IbCmState;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
@@ -31,7 +32,7 @@ use rnic_testbed::scenario::{
     self, Action, Faults, PartitionSpec, Scenario, Script, Step, Trigger,
 };
 use rnic_testbed::world::{host_ip, End, EventMode, Op, Record, World, WorldConfig};
-use verbs_core::SimTime;
+use verbs_core::{QpState, SimTime};
 
 /// 1 µs in ns.
 const US: u64 = 1_000;
@@ -224,7 +225,11 @@ impl RefState {
             return;
         }
         let Some(mut l) = self.link else { return };
-        if let (Some(ta), false, false) = (l.accepted_at, l.touched, l.established) {
+        // The setup completes only if the active application fetches its CONNECT_RESPONSE:
+        // librdmacm moves its QP to RTS and sends the RTU then (cm-spec §4.3). A deaf active
+        // host leaves its QP in INIT and the passive side waiting for the RTU.
+        let fetches = self.hosts[self.ends[l.active].host].mode != EventMode::NeverRead;
+        if let (Some(ta), false, false, true) = (l.accepted_at, l.touched, l.established, fetches) {
             if self.now >= ta + SETTLE_NS {
                 l.established = true;
                 if let Some(p) = l.passive {
@@ -1035,12 +1040,15 @@ fn the_reference_predicts_every_kind_of_outcome() {
     }
 }
 
-/// Found by the state machine (shrunk to: host 0 listens, host 1 — which never reads CM
-/// events — connects, 15 µs, accept, 15 µs, host 1 posts a SEND): the deaf host's QP is in RTS
-/// once the REP arrived (cm-core does librdmacm's CONNECT_RESPONSE work at once), so the SEND
-/// is accepted; the oracle used to demand EINVAL because it saw no ESTABLISHED.
+/// A deaf active host (it never reads CM events) never fetches its CONNECT_RESPONSE, so
+/// librdmacm never moves its QP past INIT nor sends the RTU (cm-spec §4.3): a SEND after the
+/// REP arrived is refused with EINVAL, its IB CM id waits in REP_RCVD and the passive one in
+/// REP_SENT, and the oracle (which sees no ESTABLISHED) demands exactly that EINVAL. Found by
+/// the state machine (shrunk to: host 0 listens, host 1 connects, 15 µs, accept, 15 µs, host 1
+/// posts a SEND) while cm-core still did librdmacm's CONNECT_RESPONSE work when the REP
+/// arrived: the SEND was accepted then, and the oracle had to allow it.
 #[test]
-fn oracle_accepts_a_send_of_a_deaf_active_host_after_the_rep() {
+fn a_deaf_active_host_stays_in_init_and_its_send_is_einval_after_the_rep() {
     let mut w = World::new(WorldConfig::two_hosts(0).fast()).unwrap();
     w.set_event_mode(1, EventMode::NeverRead);
     w.listen(0).unwrap();
@@ -1049,7 +1057,10 @@ fn oracle_accepts_a_send_of_a_deaf_active_host_after_the_rep() {
     let id = w.wait_event(0, None, E::ConnectRequest).unwrap();
     w.accept(0, id).unwrap();
     w.run_for(15 * US);
-    assert_eq!(w.post(a, Op::Send, 1).len(), 1, "accepted in RTS");
+    assert!(w.post(a, Op::Send, 1).is_empty(), "refused in INIT");
+    assert_eq!(w.qp_state(a), Some(QpState::Init));
+    assert_eq!(w.ib_cm_state(1, a.id), Some(IbCmState::RepRcvd));
+    assert_eq!(w.ib_cm_state(0, id), Some(IbCmState::RepSent));
     w.check_now().unwrap();
 }
 

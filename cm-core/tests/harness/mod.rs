@@ -291,8 +291,20 @@ impl World {
         self.hosts.iter().position(|x| x.dev.gid == gid)
     }
 
-    /// Moves outboxes onto the wire (through the fault function), reads events.
+    /// Reads events (fetching one may send a MAD: librdmacm's RTU), then moves outboxes onto
+    /// the wire (through the fault function).
     pub fn collect(&mut self) {
+        let now = self.now;
+        for h in self.hosts.iter_mut().filter(|h| h.read_events) {
+            while let Ok(ev) = h.cm.get_cm_event(&mut h.dev, now, h.ch) {
+                h.events.push((now, ev.clone()));
+                if h.auto_ack {
+                    h.cm.ack_cm_event(ev).unwrap();
+                } else {
+                    h.held.push(ev);
+                }
+            }
+        }
         for from in 0..self.hosts.len() {
             while let Some((dst, mad)) = self.hosts[from].dev.outbox.pop_front() {
                 let attr_id = u16::from_be_bytes([mad[16], mad[17]]);
@@ -330,16 +342,6 @@ impl World {
                         src,
                         mad.clone(),
                     ));
-                }
-            }
-        }
-        for h in self.hosts.iter_mut().filter(|h| h.read_events) {
-            while let Ok(ev) = h.cm.get_cm_event(h.ch) {
-                h.events.push((self.now, ev.clone()));
-                if h.auto_ack {
-                    h.cm.ack_cm_event(ev).unwrap();
-                } else {
-                    h.held.push(ev);
                 }
             }
         }

@@ -221,9 +221,9 @@ impl Node {
     /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
     /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
     /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
-    fn own_events(&self, ep: &mut PingEndpoint, id: CmIdHandle) -> Vec<CmEvent> {
+    fn own_events(&self, ep: &mut PingEndpoint, now: SimTime, id: CmIdHandle) -> Vec<CmEvent> {
         let mut own = Vec::new();
-        while let Some(ev) = get_event(ep, self.ch) {
+        while let Some(ev) = get_event(ep, now, self.ch) {
             if ev.id == id {
                 own.push(ev);
             } else {
@@ -241,7 +241,7 @@ impl Node {
         let ch = self.ch;
         self.handle()
             .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
-        self.handle().with(|ep, _| get_event(ep, ch))
+        self.handle().with(|ep, now| get_event(ep, now, ch))
     }
 
     /// Stops the driver.
@@ -253,9 +253,11 @@ impl Node {
     }
 }
 
-fn get_event(ep: &mut PingEndpoint, ch: EventChannel) -> Option<CmEvent> {
-    let (cm, _) = ep.inner_mut().host_mut().split();
-    let ev = cm.get_cm_event(ch).ok()?;
+/// `rdma_get_cm_event` + `rdma_ack_cm_event`. Fetching a CONNECT_RESPONSE sends the RTU
+/// (librdmacm's work at fetch time); the driver transmits it when the caller's `with` ends.
+fn get_event(ep: &mut PingEndpoint, now: SimTime, ch: EventChannel) -> Option<CmEvent> {
+    let (cm, dev) = ep.inner_mut().host_mut().split();
+    let ev = cm.get_cm_event(dev, now, ch).ok()?;
     // Acking an event we hold cannot fail; nothing to do if it did.
     let _ = cm.ack_cm_event(ev.clone());
     Some(ev)
@@ -479,7 +481,7 @@ impl<'a> Session<'a> {
         let (node, l, solicited, id) = (self.node, &mut self.l, self.solicited_only, self.id);
         let (polled, evs, generation, now) = node.handle().with(|ep, now| {
             let polled = l.poll(ep.inner_mut().host_mut(), Some(solicited));
-            (polled, node.own_events(ep, id), ep.generation(), now)
+            (polled, node.own_events(ep, now, id), ep.generation(), now)
         });
         self.generation = generation;
         self.take_events(evs, now);
@@ -692,7 +694,7 @@ impl<'a> Session<'a> {
             let (outcome, now_steps, own_events) = self.h().with(|ep, now| {
                 // This connection's CM events end the data phase; another client's (a
                 // CONNECT_REQUEST while the server is busy) wait for the next session.
-                let own = node.own_events(ep, id);
+                let own = node.own_events(ep, now, id);
                 let h = ep.inner_mut();
                 let d = h.data.as_mut();
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());

@@ -1,0 +1,750 @@
+//! The kernel side of rdma_cm: Linux `drivers/infiniband/core/cma.c` as user space reaches it
+//! through `ucma.c` (cm-spec §4.1, §4.2, §4.4, §4.6).
+//!
+//! One [`Cma`] per host/device owns the [`CmEngine`] (the IB CM), the rdma_cm ids with their
+//! addresses and `enum rdma_cm_state`, the event channels and the events queued on them. Like the
+//! kernel for a user-space id, it never touches a QP: the QP belongs to the application and
+//! librdmacm moves it ([`crate::librdmacm`], which drives this layer as librdmacm drives
+//! `ucma`). All it needs of the device is the GSI endpoint, for the MADs: every call that can
+//! send one takes it (`&mut dyn GsiEndpoint`) with the current time, and sends what the engine
+//! queued before returning. It never blocks and never reads a clock.
+//!
+//! Events are made as `cma_ib_handler` makes them for an id without a kernel QP: a REP is
+//! CONNECT_RESPONSE (never ESTABLISHED), a REJ is REJECTED and no QP moves. What the
+//! application then sees is decided by librdmacm when it fetches the event.
+//!
+//! Every event goes through one guard (`Cma::deliver`, private): IB CM events other than
+//! TIMEWAIT_EXIT pass only while the id is in CONNECT, DISCONNECTED only through the atomic
+//! CONNECT → DISCONNECT swap, TIMEWAIT_EXIT only in DISCONNECT (cm-spec §4.2), so DISCONNECTED
+//! is raised at most once per id and TIMEWAIT_EXIT only after it.
+
+use crate::engine::{
+    CmConfig, CmCounters, CmEngine, IbCmEvent, IbCmEventKind, IbCmId, IbCmState, QpParams,
+    RepParams, ReqInfo, ReqParams,
+};
+use crate::shared::{
+    CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel, RdmaCmState,
+};
+use crate::wire::{ip_service_id, parse_ip_service_id, IpCmHeader, RdmaPortSpace, RejectReason};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use verbs_core::{Errno, Error, Gid, GsiEndpoint, SimTime};
+
+/// What the kernel keeps of one rdma_cm id (`struct rdma_id_private`, the parts modelled).
+#[derive(Debug, Clone)]
+struct KernelId {
+    channel: EventChannel,
+    ps: RdmaPortSpace,
+    state: RdmaCmState,
+    /// Bound to the device (`id->device` non-NULL).
+    bound: bool,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    /// An IB CM id is in use (connect, listen or passive child): cm-spec §4.4 row "never
+    /// connected".
+    has_cm_id: bool,
+    listen_id: Option<CmIdHandle>,
+}
+
+impl KernelId {
+    fn new(channel: EventChannel, ps: RdmaPortSpace) -> KernelId {
+        KernelId {
+            channel,
+            ps,
+            state: RdmaCmState::Idle,
+            bound: false,
+            src: None,
+            dst: None,
+            has_cm_id: false,
+            listen_id: None,
+        }
+    }
+}
+
+/// The kernel-side rdma_cm of one host/device. See the module docs. `Clone` is a full,
+/// independent snapshot, engine included.
+#[derive(Debug, Clone)]
+pub struct Cma {
+    engine: CmEngine,
+    local_gid: Gid,
+    ids: BTreeMap<CmIdHandle, KernelId>,
+    channels: BTreeMap<EventChannel, VecDeque<CmEvent>>,
+    next_channel: u32,
+    next_seq: u64,
+    next_port: u16,
+}
+
+fn inval(what: &str) -> Error {
+    Error::inval(what.to_string())
+}
+
+impl Cma {
+    /// The rdma_cm of the device whose address (GID index 0 of port 1) is `local_gid`.
+    pub fn new(local_gid: Gid, cfg: CmConfig) -> Cma {
+        Cma {
+            engine: CmEngine::new(cfg),
+            local_gid,
+            ids: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            next_channel: 1,
+            next_seq: 1,
+            // ephemeral ports as Linux's default ip_local_port_range, start drawn from the seed
+            next_port: 32768 + (cfg.seed % 28232) as u16,
+        }
+    }
+
+    /// The engine (read-only): IB CM states, counters, timers.
+    pub fn engine(&self) -> &CmEngine {
+        &self.engine
+    }
+
+    /// MAD counters of the engine.
+    pub fn counters(&self) -> &CmCounters {
+        self.engine.counters()
+    }
+
+    /// This host's GID.
+    pub fn local_gid(&self) -> Gid {
+        self.local_gid
+    }
+
+    /// The rdma_cm state of `id`.
+    pub fn state(&self, id: CmIdHandle) -> Option<RdmaCmState> {
+        self.ids.get(&id).map(|r| r.state)
+    }
+
+    /// The IB CM state under `id`.
+    pub fn ib_cm_state(&self, id: CmIdHandle) -> Option<IbCmState> {
+        self.engine.state(IbCmId(id.0))
+    }
+
+    /// Whether `id` is bound to the device (`id->verbs` non-NULL in librdmacm); `None` for an
+    /// unknown id.
+    pub fn is_bound(&self, id: CmIdHandle) -> Option<bool> {
+        self.ids.get(&id).map(|r| r.bound)
+    }
+
+    /// Local and peer addresses of `id` (`rdma_get_local_addr`/`rdma_get_peer_addr`).
+    pub fn addrs(&self, id: CmIdHandle) -> Option<(Option<SocketAddr>, Option<SocketAddr>)> {
+        self.ids.get(&id).map(|r| (r.src, r.dst))
+    }
+
+    /// Ids that exist, in handle order.
+    pub fn ids(&self) -> Vec<CmIdHandle> {
+        self.ids.keys().copied().collect()
+    }
+
+    /// Whether `id` exists.
+    pub fn contains(&self, id: CmIdHandle) -> bool {
+        self.ids.contains_key(&id)
+    }
+
+    fn rec(&mut self, id: CmIdHandle) -> Result<&mut KernelId, Error> {
+        self.ids
+            .get_mut(&id)
+            .ok_or_else(|| inval("unknown rdma_cm id"))
+    }
+
+    /// `rdma_create_event_channel` (opening `/dev/infiniband/rdma_cm`).
+    pub fn create_event_channel(&mut self) -> EventChannel {
+        let ch = EventChannel(self.next_channel);
+        self.next_channel += 1;
+        self.channels.insert(ch, VecDeque::new());
+        ch
+    }
+
+    /// `rdma_destroy_event_channel`.
+    ///
+    /// # Errors
+    /// `EBUSY` while an id still reports to it; `EINVAL` for an unknown channel.
+    pub fn destroy_event_channel(&mut self, ch: EventChannel) -> Result<(), Error> {
+        if !self.channels.contains_key(&ch) {
+            return Err(inval("unknown event channel"));
+        }
+        if self.ids.values().any(|r| r.channel == ch) {
+            return Err(Error::new(Errno::EBUSY, "event channel still has ids"));
+        }
+        self.channels.remove(&ch);
+        Ok(())
+    }
+
+    /// ucma CREATE_ID: a new id in IDLE reporting to `channel`.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown channel.
+    pub fn create_id(
+        &mut self,
+        channel: EventChannel,
+        ps: RdmaPortSpace,
+    ) -> Result<CmIdHandle, Error> {
+        if !self.channels.contains_key(&channel) {
+            return Err(inval("unknown event channel"));
+        }
+        let id = CmIdHandle(self.engine.create_id().0);
+        self.ids.insert(id, KernelId::new(channel, ps));
+        Ok(id)
+    }
+
+    fn local_addr(&mut self, want: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        let local_ip = self.local_gid.to_ip();
+        let ip = match want.map(|a| a.ip()) {
+            None => local_ip,
+            Some(ip) if ip.is_unspecified() || ip == local_ip => local_ip,
+            Some(_) => {
+                return Err(Error::new(
+                    Errno::EADDRNOTAVAIL,
+                    "address is not this device's",
+                ))
+            }
+        };
+        let port = match want.map(|a| a.port()) {
+            Some(p) if p != 0 => p,
+            _ => {
+                let p = self.next_port;
+                self.next_port = if p >= 60999 { 32768 } else { p + 1 };
+                p
+            }
+        };
+        Ok(SocketAddr::new(ip, port))
+    }
+
+    /// `rdma_bind_addr`: IDLE → ADDR_BOUND. Port 0 picks an ephemeral port; a wildcard IP
+    /// does not bind the id to the device.
+    ///
+    /// # Errors
+    /// `EINVAL` unless IDLE; `EADDRNOTAVAIL` for an IP that is not this device's;
+    /// `EADDRINUSE` when another id of the port space listens/binds on the port.
+    pub fn bind_addr(&mut self, id: CmIdHandle, addr: SocketAddr) -> Result<(), Error> {
+        if self.rec(id)?.state != RdmaCmState::Idle {
+            return Err(inval("rdma_bind_addr: id not IDLE"));
+        }
+        let ps = self.rec(id)?.ps;
+        if addr.port() != 0
+            && self.ids.values().any(|r| {
+                r.ps == ps && r.dst.is_none() && r.src.map(|s| s.port()) == Some(addr.port())
+            })
+        {
+            return Err(Error::new(Errno::EADDRINUSE, "port already bound"));
+        }
+        let local = self.local_addr(Some(addr))?;
+        let r = self.rec(id)?;
+        r.bound = !addr.ip().is_unspecified();
+        r.src = Some(local);
+        r.state = RdmaCmState::AddrBound;
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: IDLE/ADDR_BOUND → ADDR_QUERY; ADDR_RESOLVED is queued at once
+    /// (the fabric is flat: every address resolves to the GID of that IP). Binds the id to
+    /// the device.
+    ///
+    /// # Errors
+    /// `EINVAL` in another state; `EADDRNOTAVAIL` for a foreign `src`.
+    pub fn resolve_addr(
+        &mut self,
+        id: CmIdHandle,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+    ) -> Result<(), Error> {
+        let r = self.rec(id)?;
+        if !matches!(r.state, RdmaCmState::Idle | RdmaCmState::AddrBound) {
+            return Err(inval("rdma_resolve_addr: wrong state"));
+        }
+        let want = src.or(r.src);
+        let local = self.local_addr(want)?;
+        let r = self.rec(id)?;
+        r.src = Some(local);
+        r.dst = Some(dst);
+        r.bound = true;
+        r.state = RdmaCmState::AddrQuery;
+        self.deliver(
+            id,
+            CmEventType::AddrResolved,
+            0,
+            None,
+            ConnEventParam::default(),
+        );
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: ADDR_RESOLVED → ROUTE_QUERY; ROUTE_RESOLVED is queued at once.
+    ///
+    /// # Errors
+    /// `EINVAL` unless ADDR_RESOLVED.
+    pub fn resolve_route(&mut self, id: CmIdHandle) -> Result<(), Error> {
+        let r = self.rec(id)?;
+        if r.state != RdmaCmState::AddrResolved {
+            return Err(inval("rdma_resolve_route: address not resolved"));
+        }
+        r.state = RdmaCmState::RouteQuery;
+        self.deliver(
+            id,
+            CmEventType::RouteResolved,
+            0,
+            None,
+            ConnEventParam::default(),
+        );
+        Ok(())
+    }
+
+    /// `rdma_connect` (ucma CONNECT, cma `cma_connect_ib`): ROUTE_RESOLVED → CONNECT; sends a
+    /// REQ with the IP service ID and the IP-CM header (cm-spec §2.10, §4.3) advertising
+    /// `qp_num` (the QP is librdmacm's; the kernel only names it).
+    ///
+    /// # Errors
+    /// `EINVAL` unless ROUTE_RESOLVED, or for private data over 56 bytes.
+    pub fn connect(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+        param: &ConnParam,
+        qp_num: u32,
+    ) -> Result<(), Error> {
+        let local_gid = self.local_gid;
+        let r = self.rec(id)?;
+        if r.state != RdmaCmState::RouteResolved {
+            return Err(inval("rdma_connect: route not resolved"));
+        }
+        let (Some(src), Some(dst)) = (r.src, r.dst) else {
+            return Err(inval("rdma_connect: no address"));
+        };
+        let hdr = IpCmHeader {
+            src_port: src.port(),
+            src_addr: src.ip(),
+            dst_addr: dst.ip(),
+        };
+        let private_data = hdr
+            .req_private_data(&param.private_data)
+            .map_err(|e| Error::new(e.errno(), e.to_string()))?;
+        let req = ReqParams {
+            service_id: ip_service_id(r.ps, dst.port()),
+            local_gid,
+            remote_gid: Gid::from_ip(dst.ip()),
+            local_qpn: qp_num,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            retry_count: param.retry_count,
+            rnr_retry_count: param.rnr_retry_count,
+            srq: false,
+            private_data,
+        };
+        self.engine.send_req(now, IbCmId(id.0), &req)?;
+        let r = self.rec(id)?;
+        r.state = RdmaCmState::Connect;
+        r.has_cm_id = true;
+        self.flush(gsi, now);
+        Ok(())
+    }
+
+    /// `rdma_listen`: ADDR_BOUND → LISTEN on the service ID of the bound port; `backlog`
+    /// CONNECT_REQUESTs may be unread at once (more REQs are dropped without REJ, cm-spec
+    /// §4.2).
+    ///
+    /// # Errors
+    /// `EINVAL` unless ADDR_BOUND; `EBUSY` when the port already has a listener.
+    pub fn listen(&mut self, id: CmIdHandle, backlog: u32) -> Result<(), Error> {
+        let r = self.rec(id)?;
+        let (RdmaCmState::AddrBound, Some(src)) = (r.state, r.src) else {
+            return Err(inval("rdma_listen: id not bound"));
+        };
+        let sid = ip_service_id(r.ps, src.port());
+        self.engine.listen(IbCmId(id.0), sid, backlog)?;
+        let r = self.rec(id)?;
+        r.state = RdmaCmState::Listen;
+        r.has_cm_id = true;
+        Ok(())
+    }
+
+    /// `rdma_init_qp_attr` (ucma INIT_QP_ATTR → `ib_cm_init_qp_attr`): the negotiated QP
+    /// attributes librdmacm moves the QP with (cm-spec §5.2).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id or one whose peer is not known yet (no REQ/REP received).
+    pub fn init_qp_attr(&self, id: CmIdHandle) -> Result<QpParams, Error> {
+        if !self.ids.contains_key(&id) {
+            return Err(inval("unknown rdma_cm id"));
+        }
+        self.engine.qp_params(IbCmId(id.0))
+    }
+
+    /// ucma ACCEPT → cma `rdma_accept`. Passive id (IB CM REQ_RCVD/MRA_REQ_SENT): sends the
+    /// REP advertising `qp_num`, with `param`'s resources, RNR retry count and private data
+    /// (ESTABLISHED follows the RTU). Active id after CONNECT_RESPONSE (REP_RCVD/
+    /// MRA_REP_SENT): sends the RTU with `param.private_data` (`cma_rep_recv`, what
+    /// librdmacm's internal accept in `ucma_process_conn_resp` asks for); no event follows on
+    /// this side: the kernel reports none for a user-space id (cm-spec §4.2).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id, unless the id is in CONNECT with a REQ/REP to answer, or for
+    /// private data over 196 (REP) / 224 (RTU) bytes; nothing is sent then.
+    pub fn accept(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+        param: &ConnParam,
+        qp_num: u32,
+    ) -> Result<(), Error> {
+        if self.rec(id)?.state != RdmaCmState::Connect {
+            return Err(inval("rdma_accept: id not in CONNECT"));
+        }
+        let ib = IbCmId(id.0);
+        let res = match self.engine.state(ib) {
+            Some(IbCmState::ReqRcvd | IbCmState::MraReqSent) => {
+                let rep = RepParams {
+                    local_qpn: qp_num,
+                    responder_resources: param.responder_resources,
+                    initiator_depth: param.initiator_depth,
+                    rnr_retry_count: param.rnr_retry_count,
+                    srq: false,
+                    private_data: param.private_data.clone(),
+                };
+                self.engine.send_rep(now, ib, &rep)
+            }
+            Some(IbCmState::RepRcvd | IbCmState::MraRepSent) => {
+                self.engine.send_rtu(ib, &param.private_data)
+            }
+            _ => Err(inval("rdma_accept: nothing to accept")),
+        };
+        self.flush(gsi, now);
+        res
+    }
+
+    /// `rdma_reject`: REJ reason 28 (consumer defined) with `private_data` (≤ 148 bytes).
+    ///
+    /// # Errors
+    /// `EINVAL` unless the id is in CONNECT with a REQ/REP not yet answered (IB CM REQ_RCVD,
+    /// MRA_REQ_SENT, REP_RCVD, MRA_REP_SENT, REP_SENT, MRA_REP_RCVD), or for long private data.
+    pub fn reject(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        if self.rec(id)?.state != RdmaCmState::Connect {
+            return Err(inval("rdma_reject: id not in CONNECT"));
+        }
+        let ib = IbCmId(id.0);
+        if matches!(
+            self.engine.state(ib),
+            Some(IbCmState::ReqSent | IbCmState::MraReqRcvd)
+        ) {
+            return Err(inval("rdma_reject: nothing to reject"));
+        }
+        self.engine
+            .send_rej(now, ib, RejectReason::ConsumerDefined, &[], private_data)?;
+        self.flush(gsi, now);
+        Ok(())
+    }
+
+    /// `rdma_notify(IB_EVENT_COMM_EST)`: the passive side saw data before the RTU; the id
+    /// becomes ESTABLISHED (USER_ESTABLISHED → ESTABLISHED, cm-spec §4.3).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id or unless the IB CM id is in REP_SENT/MRA_REP_RCVD.
+    pub fn notify(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        self.rec(id)?;
+        self.engine.establish(IbCmId(id.0))?;
+        self.flush(gsi, now);
+        Ok(())
+    }
+
+    /// The kernel half of `rdma_disconnect` (ucma DISCONNECT → cma `rdma_disconnect`, cm-spec
+    /// §4.4): a DREQ if the IB CM id is ESTABLISHED, else a DREP if it is DREQ_RCVD, else
+    /// nothing, and `Ok` in each of these cases. Moving the QP to ERR first is librdmacm's
+    /// half.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id, one not bound to the device, or one that never connected,
+    /// accepted or listened (no IB CM id); nothing is sent then.
+    pub fn disconnect(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        let r = self.rec(id)?;
+        if !r.bound {
+            return Err(inval("rdma_disconnect: id not bound to a device"));
+        }
+        if !r.has_cm_id {
+            return Err(inval("rdma_disconnect: id never connected"));
+        }
+        let ib = IbCmId(id.0);
+        if self.engine.send_dreq(now, ib, &[]).is_err() {
+            let _ = self.engine.send_drep(now, ib, &[]);
+        }
+        self.flush(gsi, now);
+        Ok(())
+    }
+
+    /// ucma DESTROY_ID: frees the id; the IB CM id is destroyed per state (cm-spec §3.3: one
+    /// DREQ without retries from ESTABLISHED, DREP from DREQ_RCVD, REJ from setup states).
+    /// Unread events of the id are discarded; a listener also destroys the child ids whose
+    /// CONNECT_REQUEST is unread (they get REJ 28).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id.
+    pub fn destroy_id(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        let channel = self.rec(id)?.channel;
+        let unread_children: Vec<CmIdHandle> = self
+            .channels
+            .get(&channel)
+            .map(|q| {
+                q.iter()
+                    .filter(|e| e.event == CmEventType::ConnectRequest && e.listen_id == Some(id))
+                    .map(|e| e.id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for child in unread_children {
+            self.destroy_inner(now, child);
+        }
+        self.destroy_inner(now, id);
+        self.flush(gsi, now);
+        Ok(())
+    }
+
+    fn destroy_inner(&mut self, now: SimTime, id: CmIdHandle) {
+        let Some(rec) = self.ids.remove(&id) else {
+            return;
+        };
+        if let Some(q) = self.channels.get_mut(&rec.channel) {
+            let mut unread_request = false;
+            q.retain(|e| {
+                let mine = e.id == id;
+                unread_request |= mine && e.event == CmEventType::ConnectRequest;
+                !mine
+            });
+            if let (true, Some(l)) = (unread_request, rec.listen_id) {
+                self.engine.release_backlog(IbCmId(l.0));
+            }
+        }
+        self.engine.destroy_id(now, IbCmId(id.0));
+    }
+
+    /// ucma GET_EVENT on a non-blocking channel: takes the oldest event. Reading a
+    /// CONNECT_REQUEST frees its listener's backlog slot (cm-spec §4.6).
+    ///
+    /// # Errors
+    /// `EAGAIN` when the channel is empty; `EINVAL` for an unknown channel.
+    pub fn get_event(&mut self, channel: EventChannel) -> Result<CmEvent, Error> {
+        let q = self
+            .channels
+            .get_mut(&channel)
+            .ok_or_else(|| inval("unknown event channel"))?;
+        let ev = q
+            .pop_front()
+            .ok_or_else(|| Error::new(Errno::EAGAIN, "no CM event"))?;
+        if let (CmEventType::ConnectRequest, Some(l)) = (ev.event, ev.listen_id) {
+            self.engine.release_backlog(IbCmId(l.0));
+        }
+        Ok(ev)
+    }
+
+    /// The events queued on `channel` and not read yet, oldest first (none for an unknown
+    /// channel).
+    pub fn queued(&self, channel: EventChannel) -> impl Iterator<Item = &CmEvent> {
+        self.channels.get(&channel).into_iter().flatten()
+    }
+
+    /// Feeds one received MAD to the CM.
+    pub fn handle_datagram(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        src: Gid,
+        mad: &[u8],
+    ) {
+        self.engine.handle_datagram(now, src, mad);
+        self.flush(gsi, now);
+    }
+
+    /// Takes every MAD waiting on the GSI endpoint and processes it.
+    pub fn poll_gsi(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
+        while let Some(d) = gsi.gsi_recv() {
+            self.engine.handle_datagram(now, d.peer, &d.mad);
+            self.flush(gsi, now);
+        }
+    }
+
+    /// Runs the CM timers due at `now`.
+    pub fn handle_timeout(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
+        self.engine.handle_timeout(now);
+        self.flush(gsi, now);
+    }
+
+    /// The next time [`Cma::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.engine.poll_timeout()
+    }
+
+    /// Sends the engine's MADs through the GSI endpoint and turns its events into rdma_cm
+    /// events, until both queues are empty.
+    fn flush(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
+        loop {
+            while let Some((dst, mad)) = self.engine.poll_transmit() {
+                // UD is unreliable: a send error is a lost datagram; the CM retries.
+                let _ = gsi.gsi_send(dst, &mad);
+            }
+            match self.engine.poll_event() {
+                Some(ev) => self.on_engine_event(now, ev),
+                None => break,
+            }
+        }
+    }
+
+    /// `cma_ib_handler` for an id without a kernel QP (cm-spec §4.2).
+    fn on_engine_event(&mut self, now: SimTime, ev: IbCmEvent) {
+        use CmEventType as E;
+        let id = CmIdHandle(ev.id.0);
+        let none = ConnEventParam::default;
+        let (event, status, param) = match ev.kind {
+            IbCmEventKind::ReqReceived(info) => return self.on_req_received(now, ev.id, info),
+            IbCmEventKind::RepReceived(info) => {
+                let param = ConnEventParam {
+                    private_data: info.private_data,
+                    responder_resources: info.responder_resources,
+                    initiator_depth: info.initiator_depth,
+                    rnr_retry_count: info.rnr_retry_count,
+                    srq: info.srq,
+                    qp_num: info.remote_qpn,
+                    ..ConnEventParam::default()
+                };
+                (E::ConnectResponse, 0, param)
+            }
+            IbCmEventKind::RtuReceived(_) | IbCmEventKind::UserEstablished => {
+                (E::Established, 0, none())
+            }
+            IbCmEventKind::ReqError | IbCmEventKind::RepError => {
+                (E::Unreachable, -Errno::ETIMEDOUT.code(), none())
+            }
+            IbCmEventKind::DreqError => (E::Disconnected, -Errno::ETIMEDOUT.code(), none()),
+            IbCmEventKind::DreqReceived(pd) | IbCmEventKind::DrepReceived(pd) => {
+                let param = ConnEventParam {
+                    private_data: pd,
+                    ..ConnEventParam::default()
+                };
+                (E::Disconnected, 0, param)
+            }
+            IbCmEventKind::TimewaitExit => (E::TimewaitExit, 0, none()),
+            IbCmEventKind::MraReceived => return,
+            IbCmEventKind::RejReceived {
+                reason,
+                private_data,
+                ..
+            } => {
+                let param = ConnEventParam {
+                    private_data,
+                    ..ConnEventParam::default()
+                };
+                (E::Rejected, i32::from(reason), param)
+            }
+        };
+        self.deliver(id, event, status, None, param);
+    }
+
+    fn on_req_received(&mut self, now: SimTime, ib: IbCmId, info: ReqInfo) {
+        let listen = CmIdHandle(info.listen_id.0);
+        let listener = self
+            .ids
+            .get(&listen)
+            .filter(|r| r.state == RdmaCmState::Listen)
+            .map(|r| (r.channel, r.ps));
+        // cma_save_ip_info: a REQ without a valid IP-CM header is refused (REJ 28 via
+        // destroy, cm-spec §2.10).
+        let hdr = IpCmHeader::split(&info.private_data);
+        let (Some((channel, ps)), Ok((hdr, user))) = (listener, hdr) else {
+            self.engine.release_backlog(info.listen_id);
+            self.engine.destroy_id(now, ib);
+            return;
+        };
+        let port = parse_ip_service_id(info.service_id).map_or(0, |(_, p)| p);
+        let id = CmIdHandle(ib.0);
+        let mut rec = KernelId::new(channel, ps);
+        rec.state = RdmaCmState::Connect;
+        rec.bound = true;
+        rec.has_cm_id = true;
+        rec.src = Some(SocketAddr::new(hdr.dst_addr, port));
+        rec.dst = Some(SocketAddr::new(hdr.src_addr, hdr.src_port));
+        rec.listen_id = Some(listen);
+        self.ids.insert(id, rec);
+        let param = ConnEventParam {
+            private_data: user.to_vec(),
+            responder_resources: info.responder_resources,
+            initiator_depth: info.initiator_depth,
+            retry_count: info.retry_count,
+            rnr_retry_count: info.rnr_retry_count,
+            srq: info.srq,
+            qp_num: info.remote_qpn,
+        };
+        self.deliver(id, CmEventType::ConnectRequest, 0, Some(listen), param);
+    }
+
+    /// Whether `event` may be raised for `id` now (the cm-spec §4.2 gate).
+    fn gate(&self, id: CmIdHandle, event: CmEventType) -> bool {
+        use CmEventType as E;
+        use RdmaCmState as S;
+        let Some(r) = self.ids.get(&id) else {
+            return false;
+        };
+        match event {
+            E::AddrResolved | E::AddrError => r.state == S::AddrQuery,
+            E::RouteResolved | E::RouteError => r.state == S::RouteQuery,
+            E::TimewaitExit => r.state == S::Disconnect,
+            _ => r.state == S::Connect,
+        }
+    }
+
+    /// The one path by which events reach a channel. Applies the gate and the state change the
+    /// event implies (ADDR_QUERY → ADDR_RESOLVED, ROUTE_QUERY → ROUTE_RESOLVED, the atomic
+    /// CONNECT → DISCONNECT swap of DISCONNECTED), so DISCONNECTED is raised at most once per
+    /// id.
+    fn deliver(
+        &mut self,
+        id: CmIdHandle,
+        event: CmEventType,
+        status: i32,
+        listen_id: Option<CmIdHandle>,
+        param: ConnEventParam,
+    ) {
+        use CmEventType as E;
+        if !self.gate(id, event) {
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let Some(r) = self.ids.get_mut(&id) else {
+            return;
+        };
+        match event {
+            E::AddrResolved => r.state = RdmaCmState::AddrResolved,
+            E::RouteResolved => r.state = RdmaCmState::RouteResolved,
+            E::Disconnected => r.state = RdmaCmState::Disconnect,
+            _ => {}
+        }
+        let ev = CmEvent {
+            event,
+            id,
+            listen_id,
+            status,
+            param,
+            seq,
+        };
+        if let Some(q) = self.channels.get_mut(&r.channel) {
+            q.push_back(ev);
+        }
+    }
+}

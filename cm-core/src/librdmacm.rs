@@ -1,0 +1,554 @@
+//! The librdmacm side of rdma_cm: what rdma-core's `librdmacm/cma.c` does in the application
+//! (cm-spec §4.3, §4.4, §4.6), over the kernel side in [`crate::cma`].
+//!
+//! One [`RdmaCm`] per host/device owns a [`Cma`] (the kernel: engine, ids, channels, event
+//! queues) and the library's own per-id records: the id's QP, the events handed out and not
+//! acked, and `connect_error`. Every QP transition of rdma_cm happens here, never in the
+//! kernel layer, exactly where librdmacm makes it:
+//!
+//! * [`RdmaCm::create_qp`]: creates the QP and moves it to INIT (`rdma_create_qp`,
+//!   `ucma_init_conn_qp`).
+//! * [`RdmaCm::accept`]: INIT → RTR → RTS (`ucma_modify_qp_rtr`, `ucma_modify_qp_rts`), then
+//!   the kernel sends the REP (`rdma_accept`).
+//! * [`RdmaCm::disconnect`]: the QP to ERR (`ucma_shutdown`), then the kernel sends the DREQ or
+//!   DREP (`rdma_disconnect`).
+//! * [`RdmaCm::get_cm_event`] — work done *when the application fetches an event*
+//!   (`rdma_get_cm_event`): a CONNECT_RESPONSE for an id with a QP moves the QP RTR/RTS, has
+//!   the kernel send the RTU and is reported as ESTABLISHED (`ucma_process_conn_resp`); if
+//!   that fails the QP goes to ERR, the event is CONNECT_ERROR and `connect_error` is set, so
+//!   that id's later REJECTED and DISCONNECTED are swallowed. A REJECTED moves the id's QP to
+//!   ERR. An id without a QP gets CONNECT_RESPONSE and completes with [`RdmaCm::accept`] or
+//!   [`RdmaCm::establish`] (which send the RTU).
+//! * [`RdmaCm::destroy_id`]: librdmacm blocks until every event returned for the id is acked;
+//!   this non-blocking API returns `EBUSY` instead (a blocking caller waits and retries).
+//!
+//! Calls that can send a MAD or move a QP take the device (`&mut dyn CmDevice`: the verbs
+//! [`Device`] for the QP, its [`GsiEndpoint`](verbs_core::GsiEndpoint) for the MADs) and the
+//! current time; the layer stays sans-IO and never blocks. Events are read with
+//! [`RdmaCm::get_cm_event`] (non-blocking, `EAGAIN` when empty) and must be acked with
+//! [`RdmaCm::ack_cm_event`]. The blocking and async waits are in [`crate::blocking`].
+
+use crate::cma::Cma;
+use crate::engine::{CmConfig, CmCounters, CmEngine, IbCmState, QpAction};
+use crate::shared::{
+    CmDevice, CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCmState,
+};
+use crate::wire::{RdmaPortSpace, IB_CM_REP_PRIVATE_DATA_SIZE};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use verbs_core::{AccessFlags, Device, Errno, Error, Gid, PdHandle, Qp, QpInitAttr, SimTime};
+
+/// What librdmacm keeps of one id (`struct cma_id_private`, the parts modelled).
+#[derive(Debug, Clone, Default)]
+struct UserId {
+    /// `id->qp`.
+    qp: Option<Qp>,
+    /// Events handed out and not acked: seq → type (`events_completed` vs. the kernel's
+    /// `events_reported`).
+    unacked: BTreeMap<u64, CmEventType>,
+    /// CONNECT_ERROR was reported: later REJECTED/DISCONNECTED are swallowed.
+    connect_error: bool,
+}
+
+/// The rdma_cm of one host/device, as an application linked with librdmacm sees it. See the
+/// module docs. `Clone` is a full, independent snapshot, kernel side and engine included (used
+/// by the model checker).
+#[derive(Debug, Clone)]
+pub struct RdmaCm {
+    cma: Cma,
+    ids: BTreeMap<CmIdHandle, UserId>,
+}
+
+fn inval(what: &str) -> Error {
+    Error::inval(what.to_string())
+}
+
+/// `ibv_modify_qp` of the id's QP, if it has one (librdmacm's `if (!id->qp) return 0`).
+fn modify(dev: &mut dyn CmDevice, qp: Option<Qp>, action: &QpAction) -> Result<(), Error> {
+    match qp {
+        Some(qp) => {
+            let (attr, mask) = action.attr_mask();
+            dev.modify_qp(qp.handle, &attr, mask)
+        }
+        None => Ok(()),
+    }
+}
+
+impl RdmaCm {
+    /// The CM of the device `dev`: its address is GID index 0 of port 1.
+    ///
+    /// # Errors
+    /// What `query_gid` returns.
+    pub fn new(dev: &dyn Device, cfg: CmConfig) -> Result<Self, Error> {
+        let local_gid = dev.query_gid(1, 0)?;
+        Ok(RdmaCm {
+            cma: Cma::new(local_gid, cfg),
+            ids: BTreeMap::new(),
+        })
+    }
+
+    /// The kernel side (read-only): ids, their rdma_cm states and the events queued and not
+    /// fetched yet.
+    pub fn cma(&self) -> &Cma {
+        &self.cma
+    }
+
+    /// The engine (read-only): IB CM states, counters, timers.
+    pub fn engine(&self) -> &CmEngine {
+        self.cma.engine()
+    }
+
+    /// MAD counters of the engine.
+    pub fn counters(&self) -> &CmCounters {
+        self.cma.counters()
+    }
+
+    /// This host's GID.
+    pub fn local_gid(&self) -> Gid {
+        self.cma.local_gid()
+    }
+
+    /// The rdma_cm state of `id`.
+    pub fn state(&self, id: CmIdHandle) -> Option<RdmaCmState> {
+        self.cma.state(id)
+    }
+
+    /// The IB CM state under `id`.
+    pub fn ib_cm_state(&self, id: CmIdHandle) -> Option<IbCmState> {
+        self.cma.ib_cm_state(id)
+    }
+
+    /// The QP attached to `id`.
+    pub fn qp(&self, id: CmIdHandle) -> Option<Qp> {
+        self.ids.get(&id).and_then(|r| r.qp)
+    }
+
+    /// Local and peer addresses of `id` (`rdma_get_local_addr`/`rdma_get_peer_addr`).
+    pub fn addrs(&self, id: CmIdHandle) -> Option<(Option<SocketAddr>, Option<SocketAddr>)> {
+        self.cma.addrs(id)
+    }
+
+    /// Ids that exist, in handle order.
+    pub fn ids(&self) -> Vec<CmIdHandle> {
+        self.cma.ids()
+    }
+
+    /// The library's record of `id`, made when first needed (a passive id's is made when its
+    /// CONNECT_REQUEST is fetched, as `ucma_process_conn_req` does).
+    fn user(&mut self, id: CmIdHandle) -> Result<&mut UserId, Error> {
+        if !self.cma.contains(id) {
+            return Err(inval("unknown rdma_cm id"));
+        }
+        Ok(self.ids.entry(id).or_default())
+    }
+
+    /// `rdma_create_event_channel`.
+    pub fn create_event_channel(&mut self) -> EventChannel {
+        self.cma.create_event_channel()
+    }
+
+    /// `rdma_destroy_event_channel`.
+    ///
+    /// # Errors
+    /// `EBUSY` while an id still reports to it; `EINVAL` for an unknown channel.
+    pub fn destroy_event_channel(&mut self, ch: EventChannel) -> Result<(), Error> {
+        self.cma.destroy_event_channel(ch)
+    }
+
+    /// `rdma_create_id(channel, &id, ctx, ps)`: a new id in IDLE.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown channel.
+    pub fn create_id(
+        &mut self,
+        channel: EventChannel,
+        ps: RdmaPortSpace,
+    ) -> Result<CmIdHandle, Error> {
+        let id = self.cma.create_id(channel, ps)?;
+        self.ids.insert(id, UserId::default());
+        Ok(id)
+    }
+
+    /// `rdma_bind_addr`: IDLE → ADDR_BOUND. Port 0 picks an ephemeral port; a wildcard IP
+    /// does not bind the id to the device.
+    ///
+    /// # Errors
+    /// `EINVAL` unless IDLE; `EADDRNOTAVAIL` for an IP that is not this device's;
+    /// `EADDRINUSE` when another id of the port space listens/binds on the port.
+    pub fn bind_addr(&mut self, id: CmIdHandle, addr: SocketAddr) -> Result<(), Error> {
+        self.cma.bind_addr(id, addr)
+    }
+
+    /// `rdma_resolve_addr`: IDLE/ADDR_BOUND → ADDR_QUERY; ADDR_RESOLVED is queued at once
+    /// (the fabric is flat: every address resolves to the GID of that IP). Binds the id to
+    /// the device.
+    ///
+    /// # Errors
+    /// `EINVAL` in another state; `EADDRNOTAVAIL` for a foreign `src`.
+    pub fn resolve_addr(
+        &mut self,
+        id: CmIdHandle,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+    ) -> Result<(), Error> {
+        self.cma.resolve_addr(id, src, dst)
+    }
+
+    /// `rdma_resolve_route`: ADDR_RESOLVED → ROUTE_QUERY; ROUTE_RESOLVED is queued at once.
+    ///
+    /// # Errors
+    /// `EINVAL` unless ADDR_RESOLVED.
+    pub fn resolve_route(&mut self, id: CmIdHandle) -> Result<(), Error> {
+        self.cma.resolve_route(id)
+    }
+
+    /// `rdma_create_qp`: creates an RC QP on the device and moves it to INIT (librdmacm
+    /// `ucma_init_conn_qp`); it goes through RTR/RTS on accept or when the application fetches
+    /// the CONNECT_RESPONSE.
+    ///
+    /// # Errors
+    /// `EINVAL` when the id is unknown, not bound to the device or already has a QP; what the
+    /// device returns for `create_qp`/`modify_qp` (the QP is destroyed again then).
+    pub fn create_qp(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        id: CmIdHandle,
+        pd: PdHandle,
+        init: &QpInitAttr,
+    ) -> Result<Qp, Error> {
+        let bound = self.cma.is_bound(id) == Some(true);
+        let u = self.user(id)?;
+        if !bound || u.qp.is_some() {
+            return Err(inval("rdma_create_qp: id unbound or has a QP"));
+        }
+        let qp = dev.create_qp(pd, init)?;
+        if let Err(e) = modify(dev, Some(qp), &QpAction::init(AccessFlags::empty())) {
+            let _ = dev.destroy_qp(qp.handle);
+            return Err(e);
+        }
+        self.user(id)?.qp = Some(qp);
+        Ok(qp)
+    }
+
+    /// Attaches a QP the application created itself; librdmacm drives it exactly as one from
+    /// [`RdmaCm::create_qp`] but leaves its current state alone until connect/accept.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id or when the id already has a QP.
+    pub fn attach_qp(&mut self, id: CmIdHandle, qp: Qp) -> Result<(), Error> {
+        let u = self.user(id)?;
+        if u.qp.is_some() {
+            return Err(inval("id already has a QP"));
+        }
+        u.qp = Some(qp);
+        Ok(())
+    }
+
+    /// Forgets the id's QP (after the application destroyed it, `rdma_destroy_qp`).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id.
+    pub fn detach_qp(&mut self, id: CmIdHandle) -> Result<Option<Qp>, Error> {
+        Ok(self.user(id)?.qp.take())
+    }
+
+    /// `rdma_connect`: ROUTE_RESOLVED → CONNECT; the kernel sends a REQ with the IP service ID
+    /// and the IP-CM header (cm-spec §2.10, §4.3), advertising the id's QP number (or
+    /// `param.qp_num` without a QP).
+    ///
+    /// # Errors
+    /// `EINVAL` unless ROUTE_RESOLVED, or for private data over 56 bytes.
+    pub fn connect(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        let qp_num = self.qp(id).map_or(param.qp_num, |q| q.qp_num);
+        self.cma.connect(dev, now, id, param, qp_num)
+    }
+
+    /// `rdma_listen`: ADDR_BOUND → LISTEN on the service ID of the bound port; `backlog`
+    /// CONNECT_REQUESTs may be unread at once (more REQs are dropped without REJ, cm-spec
+    /// §4.2).
+    ///
+    /// # Errors
+    /// `EINVAL` unless ADDR_BOUND; `EBUSY` when the port already has a listener.
+    pub fn listen(&mut self, id: CmIdHandle, backlog: u32) -> Result<(), Error> {
+        self.cma.listen(id, backlog)
+    }
+
+    /// `rdma_accept` [lib-cma]: moves the id's QP INIT → RTR → RTS with the negotiated
+    /// attributes (`param`'s responder resources and initiator depth; the INIT step refreshes
+    /// the QP as `ucma_modify_qp_rtr` does), then the kernel answers. Passive id: the kernel
+    /// sends the REP (ESTABLISHED follows the RTU). Active id without a QP after
+    /// CONNECT_RESPONSE: the kernel sends the RTU; no event follows on this side.
+    ///
+    /// # Errors
+    /// `EINVAL` unless the id is in CONNECT with a REQ/REP to answer, or for private data over
+    /// 196 bytes (nothing touched); a QP transition's error (returned as is, nothing sent: the
+    /// QP stays where the failed step left it, as with librdmacm); the kernel's error (the QP
+    /// is then moved to ERR, `ucma_modify_qp_err`).
+    pub fn accept(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        if self.cma.state(id) != Some(RdmaCmState::Connect) {
+            return Err(inval("rdma_accept: id not in CONNECT"));
+        }
+        match self.cma.ib_cm_state(id) {
+            Some(IbCmState::ReqRcvd | IbCmState::MraReqSent) => {
+                if param.private_data.len() > IB_CM_REP_PRIVATE_DATA_SIZE {
+                    return Err(inval("rdma_accept: private data over 196 bytes"));
+                }
+            }
+            Some(IbCmState::RepRcvd | IbCmState::MraRepSent) => {}
+            _ => return Err(inval("rdma_accept: nothing to accept")),
+        }
+        let qp = self.qp(id);
+        if qp.is_some() {
+            let mut qpp = self.cma.init_qp_attr(id)?;
+            qpp.responder_resources = param.responder_resources;
+            qpp.initiator_depth = param.initiator_depth;
+            for a in qpp.actions() {
+                modify(dev, qp, &a)?;
+            }
+        }
+        let qp_num = qp.map_or(param.qp_num, |q| q.qp_num);
+        self.cma
+            .accept(dev, now, id, param, qp_num)
+            .inspect_err(|_| {
+                let _ = modify(dev, qp, &QpAction::Err);
+            })
+    }
+
+    /// `rdma_reject`: REJ reason 28 (consumer defined) with `private_data` (≤ 148 bytes).
+    ///
+    /// # Errors
+    /// `EINVAL` unless the id is in CONNECT with a REQ/REP not yet answered (IB CM REQ_RCVD,
+    /// MRA_REQ_SENT, REP_RCVD, MRA_REP_SENT, REP_SENT, MRA_REP_RCVD), or for long private data.
+    pub fn reject(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        self.cma.reject(dev, now, id, private_data)
+    }
+
+    /// Active id without a QP after CONNECT_RESPONSE (IB CM REP_RCVD/MRA_REP_SENT):
+    /// `rdma_establish`, which has the kernel send the RTU (`ucma_process_conn_resp` without a
+    /// QP; no event follows on this side). Otherwise `rdma_notify(IBV_EVENT_COMM_EST)`: the
+    /// passive side saw data before the RTU and the id becomes ESTABLISHED (USER_ESTABLISHED →
+    /// ESTABLISHED, cm-spec §4.3).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id, for an active id that has a QP (`rdma_establish`'s rule),
+    /// or unless the IB CM id is in REP_RCVD/MRA_REP_SENT (active) or REP_SENT/MRA_REP_RCVD
+    /// (passive).
+    pub fn establish(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        match self.cma.ib_cm_state(id) {
+            Some(IbCmState::RepRcvd | IbCmState::MraRepSent) => {
+                if self.qp(id).is_some() {
+                    return Err(inval("rdma_establish: the id has a QP"));
+                }
+                self.cma.accept(dev, now, id, &ConnParam::default(), 0)
+            }
+            _ => self.cma.notify(dev, now, id),
+        }
+    }
+
+    /// `rdma_disconnect`, exactly as cm-spec §4.4: the attached QP goes to ERR first (so the
+    /// device flushes its WRs), then the kernel sends a DREQ if the IB CM id is ESTABLISHED,
+    /// else a DREP if it is DREQ_RCVD, else nothing. Returns `Ok` in every connected,
+    /// connecting or disconnecting state, also on a second call.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id, when the id is not bound to the device, when it never
+    /// connected/accepted/listened (no IB CM id; the QP was still moved to ERR), or the QP
+    /// modify's error (e.g. a QP still in RESET: RESET → ERR is illegal) — then nothing is
+    /// sent.
+    pub fn disconnect(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        match self.cma.is_bound(id) {
+            None => return Err(inval("unknown rdma_cm id")),
+            Some(false) => return Err(inval("rdma_disconnect: id not bound to a device")),
+            Some(true) => {}
+        }
+        modify(dev, self.qp(id), &QpAction::Err)?;
+        self.cma.disconnect(dev, now, id)
+    }
+
+    /// `rdma_destroy_id`: frees the id; the kernel destroys the IB CM id per state (cm-spec
+    /// §3.3: one DREQ without retries from ESTABLISHED, DREP from DREQ_RCVD, REJ from setup
+    /// states). Unread events of the id are discarded; a listener also destroys the child ids
+    /// whose CONNECT_REQUEST is unread (they get REJ 28). The QP is not touched (destroy it
+    /// first, man:rdma_destroy_id.3).
+    ///
+    /// # Errors
+    /// `EBUSY` while an event of this id handed out by `get_cm_event` is not acked (librdmacm
+    /// would block until it is; a `tracing` warning names the event), nothing done then;
+    /// `EINVAL` for an unknown id.
+    pub fn destroy_id(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        let u = self.user(id)?;
+        if let Some((_, ev)) = u.unacked.iter().next() {
+            tracing::warn!(
+                id = id.0,
+                event = ?ev,
+                unacked = u.unacked.len(),
+                "rdma_destroy_id: un-acked {ev:?} event (librdmacm would block until it is acked)"
+            );
+            return Err(Error::new(
+                Errno::EBUSY,
+                format!("un-acked {ev:?} event on this id"),
+            ));
+        }
+        self.cma.destroy_id(dev, now, id)?;
+        // The id, and children destroyed with a listener, are gone from the kernel.
+        let cma = &self.cma;
+        self.ids.retain(|i, _| cma.contains(*i));
+        Ok(())
+    }
+
+    /// `rdma_get_cm_event` on a non-blocking channel: the oldest event, after librdmacm's
+    /// fetch-time work (module docs): CONNECT_RESPONSE of an id with a QP → QP RTR/RTS, RTU
+    /// (flushed through `dev`'s GSI before this returns), ESTABLISHED — or QP to ERR and
+    /// CONNECT_ERROR with −errno as status (librdmacm puts −1 there and the errno in `errno`)
+    /// and `connect_error` set; REJECTED → QP to ERR first; REJECTED and DISCONNECTED of an id
+    /// with `connect_error` are swallowed (acked internally, never returned).
+    ///
+    /// # Errors
+    /// `EAGAIN` when no event is left to return; `EINVAL` for an unknown channel.
+    pub fn get_cm_event(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        channel: EventChannel,
+    ) -> Result<CmEvent, Error> {
+        use CmEventType as E;
+        loop {
+            let mut ev = self.cma.get_event(channel)?;
+            let u = self.ids.entry(ev.id).or_default();
+            let (qp, connect_error) = (u.qp, u.connect_error);
+            match ev.event {
+                E::Rejected | E::Disconnected if connect_error => continue,
+                E::Rejected => {
+                    // Its error (e.g. a QP in RESET) is ignored, as librdmacm ignores it.
+                    let _ = modify(dev, qp, &QpAction::Err);
+                }
+                E::ConnectResponse => {
+                    if let Some(qp) = qp {
+                        match self.process_conn_resp(dev, now, ev.id, qp) {
+                            Ok(()) => ev.event = E::Established,
+                            Err(e) => {
+                                ev.event = E::ConnectError;
+                                ev.status = -e.errno.code();
+                                self.ids.entry(ev.id).or_default().connect_error = true;
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.ids
+                .entry(ev.id)
+                .or_default()
+                .unacked
+                .insert(ev.seq, ev.event);
+            return Ok(ev);
+        }
+    }
+
+    /// `ucma_process_conn_resp`: the QP INIT (refresh) → RTR → RTS with the kernel's
+    /// attributes, then the kernel's accept, which sends the RTU; on any error the QP goes to
+    /// ERR and the error is returned.
+    fn process_conn_resp(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+        qp: Qp,
+    ) -> Result<(), Error> {
+        let moved = self.cma.init_qp_attr(id).and_then(|p| {
+            p.actions()
+                .iter()
+                .try_for_each(|a| modify(dev, Some(qp), a))
+        });
+        let res = moved.and_then(|()| {
+            self.cma
+                .accept(dev, now, id, &ConnParam::default(), qp.qp_num)
+        });
+        if res.is_err() {
+            let _ = modify(dev, Some(qp), &QpAction::Err);
+        }
+        res
+    }
+
+    /// Number of events [`RdmaCm::get_cm_event`] would return from `channel`: the kernel's
+    /// unread events minus those librdmacm will swallow (REJECTED/DISCONNECTED of an id with
+    /// `connect_error`). When a fetched CONNECT_RESPONSE turns into CONNECT_ERROR, that id's
+    /// REJECTED/DISCONNECTED queued behind it stop counting, so whenever this is above 0,
+    /// `get_cm_event` returns an event.
+    pub fn pending_events(&self, channel: EventChannel) -> usize {
+        self.cma
+            .queued(channel)
+            .filter(|e| !self.swallowed(e))
+            .count()
+    }
+
+    fn swallowed(&self, e: &CmEvent) -> bool {
+        matches!(e.event, CmEventType::Rejected | CmEventType::Disconnected)
+            && self.ids.get(&e.id).is_some_and(|u| u.connect_error)
+    }
+
+    /// `rdma_ack_cm_event`: releases an event returned by `get_cm_event`.
+    ///
+    /// # Errors
+    /// `EINVAL` when the event was not handed out or was already acked.
+    pub fn ack_cm_event(&mut self, event: CmEvent) -> Result<(), Error> {
+        self.ids
+            .get_mut(&event.id)
+            .and_then(|r| r.unacked.remove(&event.seq))
+            .map(|_| ())
+            .ok_or_else(|| inval("rdma_ack_cm_event: event not outstanding"))
+    }
+
+    /// Feeds one received MAD to the CM.
+    pub fn handle_datagram(&mut self, dev: &mut dyn CmDevice, now: SimTime, src: Gid, mad: &[u8]) {
+        self.cma.handle_datagram(dev, now, src, mad);
+    }
+
+    /// Takes every MAD waiting on the device's GSI endpoint and processes it.
+    pub fn poll_gsi(&mut self, dev: &mut dyn CmDevice, now: SimTime) {
+        self.cma.poll_gsi(dev, now);
+    }
+
+    /// Runs the CM timers due at `now`.
+    pub fn handle_timeout(&mut self, dev: &mut dyn CmDevice, now: SimTime) {
+        self.cma.handle_timeout(dev, now);
+    }
+
+    /// The next time [`RdmaCm::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&self) -> Option<SimTime> {
+        self.cma.poll_timeout()
+    }
+}

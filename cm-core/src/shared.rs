@@ -1,0 +1,137 @@
+//! Types the kernel-side rdma_cm ([`crate::cma`]) and the librdmacm side
+//! ([`crate::librdmacm`]) exchange, and that applications see: event and id handles, event
+//! types and states numbered as Linux numbers them, connection parameters. A leaf module (it
+//! names only `verbs-core`), re-exported from [`crate::api`], the public path for all of them.
+
+use verbs_core::{Device, GsiEndpoint};
+
+/// A device the CM can drive: verbs for the QP (used by the librdmacm side only) and the GSI
+/// endpoint for the MADs (all the kernel side needs).
+pub trait CmDevice: Device + GsiEndpoint {}
+impl<T: Device + GsiEndpoint + ?Sized> CmDevice for T {}
+
+/// `enum rdma_cm_state` \[cma_priv\] (cm-spec §4.1), same names and numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[allow(missing_docs)] // each variant is the Linux name of its value
+pub enum RdmaCmState {
+    Idle = 0,
+    AddrQuery = 1,
+    AddrResolved = 2,
+    RouteQuery = 3,
+    RouteResolved = 4,
+    Connect = 5,
+    Disconnect = 6,
+    AddrBound = 7,
+    Listen = 8,
+    DeviceRemoval = 9,
+    Destroying = 10,
+}
+
+/// `enum rdma_cm_event_type` [rdma_cma.h] (cm-spec §4.7), same names and numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+#[allow(missing_docs)] // each variant is the librdmacm name of its value
+pub enum CmEventType {
+    AddrResolved = 0,
+    AddrError = 1,
+    RouteResolved = 2,
+    RouteError = 3,
+    ConnectRequest = 4,
+    ConnectResponse = 5,
+    ConnectError = 6,
+    Unreachable = 7,
+    Rejected = 8,
+    Established = 9,
+    Disconnected = 10,
+    DeviceRemoval = 11,
+    MulticastJoin = 12,
+    MulticastError = 13,
+    AddrChange = 14,
+    TimewaitExit = 15,
+    AddrinfoResolved = 16,
+    AddrinfoError = 17,
+    User = 18,
+    Internal = 19,
+}
+
+/// An rdma_cm id (`struct rdma_cm_id *`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CmIdHandle(pub u32);
+
+/// An event channel (`struct rdma_event_channel *`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventChannel(pub u32);
+
+/// `struct rdma_conn_param` for `connect` and `accept` [man:rdma_connect.3].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnParam {
+    /// User private data: ≤ 56 bytes for connect (after the 36-byte IP-CM header), ≤ 196 for
+    /// accept; longer is EINVAL.
+    pub private_data: Vec<u8>,
+    /// RDMA READ/atomic requests this side accepts.
+    pub responder_resources: u8,
+    /// RDMA READ/atomic requests this side issues.
+    pub initiator_depth: u8,
+    /// Transport retry count (clamped to 7).
+    pub retry_count: u8,
+    /// RNR retry count (clamped to 7; 7 = infinite).
+    pub rnr_retry_count: u8,
+    /// QPN to advertise when no QP is attached to the id (ignored otherwise).
+    pub qp_num: u32,
+}
+
+impl ConnParam {
+    /// What rdma-core's `rping` passes to `rdma_connect`/`rdma_accept`: one RDMA READ in
+    /// flight each way (`responder_resources = initiator_depth = 1`), `retry_count` 7,
+    /// `rnr_retry_count` 7 (retry RNR NAKs forever), no private data [rping.c].
+    pub fn rping_defaults() -> ConnParam {
+        ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }
+    }
+}
+
+/// The connection parameters an event carries (`event->param.conn`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnEventParam {
+    /// Private data: CONNECT_REQUEST 56 bytes (past the IP-CM header), ESTABLISHED/
+    /// CONNECT_RESPONSE 196 (the REP's) on the active side, REJECTED 148, DISCONNECTED the
+    /// DREQ/DREP's; empty otherwise.
+    pub private_data: Vec<u8>,
+    /// The peer's view, in this side's perspective.
+    pub responder_resources: u8,
+    /// The peer's view, in this side's perspective.
+    pub initiator_depth: u8,
+    /// Retry count from the REQ.
+    pub retry_count: u8,
+    /// RNR retry count from the REQ/REP.
+    pub rnr_retry_count: u8,
+    /// SRQ flag.
+    pub srq: bool,
+    /// The peer's QPN.
+    pub qp_num: u32,
+}
+
+/// `struct rdma_cm_event`. Must be handed back to
+/// [`RdmaCm::ack_cm_event`](crate::api::RdmaCm::ack_cm_event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmEvent {
+    /// What happened.
+    pub event: CmEventType,
+    /// The id (for CONNECT_REQUEST: the new passive id).
+    pub id: CmIdHandle,
+    /// For CONNECT_REQUEST: the listening id.
+    pub listen_id: Option<CmIdHandle>,
+    /// 0, −errno (−110 for timeouts) or a positive REJ reason (cm-spec §4.7).
+    pub status: i32,
+    /// Connection parameters and private data.
+    pub param: ConnEventParam,
+    /// Queue order of the event on its host (the kernel's), the key under which librdmacm
+    /// tracks it until it is acked.
+    pub(crate) seq: u64,
+}
