@@ -589,13 +589,12 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             if let Err(e) = wait_token(&fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }
-            let got = r.with(|n, _now| {
+            let got = r.with(|n, now| {
                 if let Some(s) = n.cm_signals.get_mut(&ch) {
                     s.claimed();
                 }
-                let (cm, _dev) = n.split();
-                match cm.get_cm_event(ch) {
-                    // TEMP-CM: (dev, now, ch) after the cm split
+                let (cm, dev) = n.split();
+                match cm.get_cm_event(dev, now, ch) {
                     Ok(ev) => {
                         let addrs = n.cm().addrs(ev.id);
                         let listen_addrs = ev.listen_id.and_then(|l| n.cm().addrs(l));
