@@ -8,6 +8,7 @@
 //! | `RNIC_MTU` | the port's active MTU in bytes (256 … 4096), the path MTU rdma_cm uses | 1024 |
 //! | `RNIC_DROP_RATE` | drop each datagram, in either direction, with this probability (0 … 1) | 0 |
 //! | `RNIC_SEED` | seed of the drop decisions and of the CM's identifiers | from the OS |
+//! | `RNIC_RESOLVE_US` | how long address and route resolution each take before their event is reported, µs (Linux runs them on work queues) | 1000 |
 //! | `RNIC_FAST_TIMERS` | `1`: short CM and transport timers (as `rnic ping --fast-timers`) | off |
 //! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
 //!
@@ -37,6 +38,8 @@ pub struct Config {
     pub seed: Option<u64>,
     /// `RNIC_FAST_TIMERS`.
     pub fast_timers: bool,
+    /// `RNIC_RESOLVE_US`, µs.
+    pub resolve_us: u64,
 }
 
 impl Default for Config {
@@ -49,6 +52,7 @@ impl Default for Config {
             drop_rate: 0.0,
             seed: None,
             fast_timers: false,
+            resolve_us: 1000,
         }
     }
 }
@@ -137,6 +141,13 @@ impl Config {
                     .map_err(|_| bad("RNIC_SEED", &v, "expected an unsigned 64-bit integer"))?,
             );
         }
+        if let Some(v) = val("RNIC_RESOLVE_US") {
+            c.resolve_us = v
+                .parse()
+                .ok()
+                .filter(|us| *us <= 10_000_000)
+                .ok_or_else(|| bad("RNIC_RESOLVE_US", &v, "expected microseconds, 0 … 10000000"))?;
+        }
         if let Some(v) = val("RNIC_FAST_TIMERS") {
             c.fast_timers = match v.as_str() {
                 "1" | "true" | "yes" => true,
@@ -204,6 +215,7 @@ mod tests {
             ("RNIC_DROP_RATE", "0.25"),
             ("RNIC_SEED", "77"),
             ("RNIC_FAST_TIMERS", "1"),
+            ("RNIC_RESOLVE_US", "0"),
         ]);
         let c = match c {
             Ok(c) => c,
@@ -218,6 +230,7 @@ mod tests {
             (5000, "rxe9", Mtu::Mtu4096)
         );
         assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
+        assert_eq!(c.resolve_us, 0);
     }
 
     #[test]
@@ -230,6 +243,7 @@ mod tests {
             ("RNIC_DROP_RATE", "2"),
             ("RNIC_SEED", "-1"),
             ("RNIC_FAST_TIMERS", "maybe"),
+            ("RNIC_RESOLVE_US", "soon"),
         ] {
             match cfg(&[(k, v)]) {
                 Err(e) => assert!(e.0.starts_with(k), "{e}"),

@@ -61,6 +61,10 @@ impl KernelId {
     }
 }
 
+/// The largest listen backlog, and the one `rdma_listen` with backlog 0 gets (Linux
+/// `drivers/infiniband/core/ucma.c`: `max_backlog`, 1024).
+pub const UCMA_MAX_BACKLOG: u32 = 1024;
+
 /// The kernel-side rdma_cm of one host/device. See the module docs. `Clone` is a full,
 /// independent snapshot, engine included.
 #[derive(Debug, Clone)]
@@ -339,11 +343,18 @@ impl Cma {
 
     /// `rdma_listen`: ADDR_BOUND → LISTEN on the service ID of the bound port; `backlog`
     /// CONNECT_REQUESTs may be unread at once (more REQs are dropped without REJ, cm-spec
-    /// §4.2).
+    /// §4.2). A backlog of 0 or above [`UCMA_MAX_BACKLOG`] is [`UCMA_MAX_BACKLOG`], as the
+    /// kernel's `ucma_listen` makes it (so `rdma_listen(id, 0)`, which ucmatose uses, takes many
+    /// requests at once).
     ///
     /// # Errors
     /// `EINVAL` unless ADDR_BOUND; `EBUSY` when the port already has a listener.
     pub fn listen(&mut self, id: CmIdHandle, backlog: u32) -> Result<(), Error> {
+        let backlog = if backlog == 0 || backlog > UCMA_MAX_BACKLOG {
+            UCMA_MAX_BACKLOG
+        } else {
+            backlog
+        };
         let r = self.rec(id)?;
         let (RdmaCmState::AddrBound, Some(src)) = (r.state, r.src) else {
             return Err(inval("rdma_listen: id not bound"));

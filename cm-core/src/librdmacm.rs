@@ -429,6 +429,26 @@ impl RdmaCm {
         Ok(())
     }
 
+    /// The process's rdma_cm file is closed (the process exits or is killed): the kernel's
+    /// `ucma_close` destroys every id whatever events are un-acked, each as
+    /// [`destroy_id`](Self::destroy_id) would (DREQ from ESTABLISHED, DREP from DREQ_RCVD, REJ
+    /// from the setup states), so peers learn at once that this side is gone instead of
+    /// waiting out their DREQ retries. QPs are left as they are (the device goes with the
+    /// process). Returns how many ids were destroyed.
+    pub fn close(&mut self, dev: &mut dyn CmDevice, now: SimTime) -> usize {
+        let mut n = 0;
+        for id in self.cma.ids() {
+            if !self.cma.contains(id) {
+                continue; // a child already destroyed with its listener
+            }
+            if self.cma.destroy_id(dev, now, id).is_ok() {
+                n += 1;
+            }
+        }
+        self.ids.clear();
+        n
+    }
+
     /// `rdma_get_cm_event` on a non-blocking channel: the oldest event, after librdmacm's
     /// fetch-time work (module docs): CONNECT_RESPONSE of an id with a QP → QP RTR/RTS, RTU
     /// (flushed through `dev`'s GSI before this returns), ESTABLISHED — or QP to ERR and

@@ -76,6 +76,28 @@ fn normal_disconnect_initiator_gets_disconnected_on_drep_responder_qp_untouched(
 }
 
 #[test]
+fn closing_the_cm_after_a_dreq_sends_the_drep_even_with_unacked_events() {
+    // The passive side reads DISCONNECTED, keeps it un-acked, and its process exits: the
+    // kernel (ucma_close) destroys the id, which answers the DREQ, so the initiator gets
+    // DISCONNECTED at once instead of after its DREQ retries.
+    let (mut w, a, b) = World::established();
+    w.hosts[1].auto_ack = false;
+    w.disconnect(0, a).unwrap();
+    assert!(w.run_until(1, E::Disconnected));
+    assert_eq!(w.destroy(1, b).unwrap_err().errno, Errno::EBUSY);
+    let now = w.now;
+    let h = &mut w.hosts[1];
+    let live = h.cm.ids().len(); // the listener and the passive id
+    assert_eq!(live, 2);
+    assert_eq!(h.cm.close(&mut h.dev, now), live);
+    assert!(h.cm.ids().is_empty());
+    w.collect();
+    assert!(w.run_until(0, E::Disconnected));
+    assert_eq!(w.events_of(0, E::Disconnected)[0].1.status, 0);
+    assert_eq!(w.sent(1, DREP), 1);
+}
+
+#[test]
 fn timewait_exit_follows_disconnected_after_the_512_ms_delay() {
     let (mut w, a, b) = World::established();
     w.disconnect(0, a).unwrap();
@@ -550,6 +572,29 @@ fn listen_backlog_full_drops_req_without_rej_until_the_request_is_read() {
     w.collect();
     w.run_for_ms(5000);
     assert_eq!(w.events_of(1, E::ConnectRequest).len(), 2);
+}
+
+#[test]
+fn listen_backlog_0_is_ucmas_default_and_takes_every_request_at_once() {
+    let mut w = World::new();
+    {
+        let h = &mut w.hosts[1];
+        let l =
+            h.cm.create_id(h.ch, cm_core::wire::RdmaPortSpace::Tcp)
+                .unwrap();
+        h.cm.bind_addr(l, SocketAddr::new(IpAddr::V4(ip(1)), PORT))
+            .unwrap();
+        h.cm.listen(l, 0).unwrap();
+        h.read_events = false;
+    }
+    let ids: Vec<_> = (0..10).map(|_| w.active_id()).collect();
+    for a in ids {
+        w.connect(a);
+    }
+    w.run_for_ms(1);
+    // ucma_listen: backlog 0 means max_backlog (1024), not 1.
+    assert_eq!(w.hosts[1].cm.pending_events(w.hosts[1].ch), 10);
+    assert_eq!(w.hosts[1].cm.engine().counters().rx_backlog_full, 0);
 }
 
 #[test]

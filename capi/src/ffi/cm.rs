@@ -214,8 +214,10 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     };
     // SAFETY: `id` is an id of this library.
     unsafe {
-        id_call("rdma_resolve_addr", id, true, |n, _, h| {
-            n.split().0.resolve_addr(h, src, dst)
+        id_call("rdma_resolve_addr", id, true, |n, now, h| {
+            n.split().0.resolve_addr(h, src, dst)?;
+            resolving(n, now, id);
+            Ok(())
         })
     }
 }
@@ -224,10 +226,20 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     // SAFETY: `id` is an id of this library.
     unsafe {
-        id_call("rdma_resolve_route", id, true, |n, _, h| {
-            n.split().0.resolve_route(h)
+        id_call("rdma_resolve_route", id, true, |n, now, h| {
+            n.split().0.resolve_route(h)?;
+            resolving(n, now, id);
+            Ok(())
         })
     }
+}
+
+/// Holds back the readiness of `id`'s channel while its resolution "runs" (`Node::resolving`).
+fn resolving(n: &mut crate::runtime::Node, now: verbs_core::SimTime, id: *mut rdma_cm_id) {
+    // SAFETY: `id` is a live id of this library (the caller's entry point checked it) and its
+    // channel a live `ChannelBox`.
+    let ch = unsafe { (*(*id).channel.cast::<ChannelBox>()).handle };
+    n.resolving(ch, now);
 }
 
 /// `struct rdma_conn_param` as [`ConnParam`]; NULL → `defaults`.

@@ -39,7 +39,9 @@ fn guard<R>(name: &'static str, on_panic: R, f: impl FnOnce() -> R) -> R {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            tracing::error!(call = name, "librnic: panic in {name}: {what}");
+            // Not through `tracing`: a panic may come from it (e.g. at exit, when its
+            // thread-locals are gone), and a second panic here would abort.
+            eprintln!("librnic: panic in {name}: {what}");
             set_errno(libc::EIO);
             on_panic
         }
@@ -59,7 +61,11 @@ fn errno_of(e: &Error) -> i32 {
 /// The runtime, or `ENODEV` when it could not start (the reason was printed once).
 fn rt() -> Result<&'static Runtime, i32> {
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    AT_EXIT.call_once(stats_at_exit);
+    AT_EXIT.call_once(|| {
+        stats_at_exit();
+        // SAFETY: `close_at_exit` is a plain `extern "C" fn()` that catches its own panics.
+        unsafe { libc::atexit(close_at_exit) };
+    });
     runtime().map_err(|_| libc::ENODEV)
 }
 
@@ -75,6 +81,31 @@ fn unsupported(name: &'static str) -> i32 {
         );
     }
     libc::EOPNOTSUPP
+}
+
+/// At process exit, does what the kernel does when it closes a dying process's rdma_cm file:
+/// destroys every id (`RdmaCm::close`), so the DREQ, DREP or REJ each state calls for leaves
+/// before the process is gone, and peers see DISCONNECTED at once. Runs on `exit()` and a
+/// return from `main`; a process killed by a signal cannot run it (its peers then see a
+/// crashed host: RETRY_EXC_ERR and DISCONNECTED −110), see docs/capi.md.
+extern "C" fn close_at_exit() {
+    guard("close_at_exit", (), || {
+        let Ok(r) = runtime() else { return };
+        // On a thread of its own: `exit` has already destroyed this thread's thread-locals,
+        // which `tracing` (here and in cm-core) needs.
+        let closer = std::thread::Builder::new()
+            .name("rnic-exit".into())
+            .spawn(move || {
+                let n = r.with(|n, now| {
+                    let (cm, dev) = n.split();
+                    cm.close(dev, now)
+                });
+                tracing::debug!("exit: {n} rdma_cm ids destroyed");
+            });
+        if let Ok(t) = closer {
+            let _ = t.join();
+        }
+    })
 }
 
 /// `-1` with `errno`, the librdmacm convention.
@@ -104,7 +135,10 @@ pub extern "C" fn rnic_dump_stats() {
 /// Registers [`rnic_dump_stats`] with `atexit` when `RNIC_STATS=1` (once, at start-up).
 pub(crate) fn stats_at_exit() {
     extern "C" fn dump() {
-        rnic_dump_stats();
+        // A thread of its own, as in `close_at_exit`.
+        if let Ok(t) = std::thread::Builder::new().spawn(|| rnic_dump_stats()) {
+            let _ = t.join();
+        }
     }
     match std::env::var("RNIC_STATS").ok().as_deref() {
         Some("1") => {

@@ -57,6 +57,11 @@ pub struct Node {
     pub comp: BTreeMap<u32, CompSignal>,
     /// Event channels' readiness.
     pub cm_signals: BTreeMap<EventChannel, Signal>,
+    /// Channels whose readiness is held back until the time given (address and route
+    /// resolution in progress, [`Node::resolving`]).
+    held: BTreeMap<EventChannel, SimTime>,
+    /// How long address and route resolution take ([`Config::resolve_us`]).
+    resolve_ns: u64,
     next_comp: u32,
 }
 
@@ -100,14 +105,28 @@ impl Node {
         Ok((n, self.comp.entry(n).or_insert(cs)))
     }
 
+    /// `rdma_resolve_addr`/`rdma_resolve_route` on `ch` just queued their event: Linux runs
+    /// both resolutions on work queues (`addr_wq`, `cma_wq`), so the event reaches the
+    /// application later, not within the call. The channel's readiness is held back for the
+    /// resolution time (`RNIC_RESOLVE_US`). This matters to programs that race a peer's
+    /// `rdma_listen` against their own connect, such as perftest `-R`.
+    pub fn resolving(&mut self, ch: EventChannel, now: SimTime) {
+        if self.resolve_ns > 0 {
+            self.held.insert(ch, now.plus_nanos(self.resolve_ns));
+        }
+    }
+
     /// Raises every channel's eventfd to the number of events queued on it: called after each
     /// step of the node (driver input or application call).
-    pub fn signal(&mut self) {
+    pub fn signal(&mut self, now: SimTime) {
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
         }
+        self.held.retain(|_, until| *until > now);
         for (ch, s) in &mut self.cm_signals {
-            s.raise_to(self.cm.pending_events(*ch) as u64);
+            if !self.held.contains_key(ch) {
+                s.raise_to(self.cm.pending_events(*ch) as u64);
+            }
         }
     }
 
@@ -133,7 +152,7 @@ impl Endpoint for Node {
         }
         Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
         self.poll_gsi(now);
-        self.signal();
+        self.signal(now);
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
@@ -147,10 +166,14 @@ impl Endpoint for Node {
     }
 
     fn poll_timeout(&self) -> Option<SimTime> {
-        match (Endpoint::poll_timeout(&self.nic), self.cm.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            Endpoint::poll_timeout(&self.nic),
+            self.cm.poll_timeout(),
+            self.held.values().min().copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn handle_timeout(&mut self, now: SimTime) {
@@ -162,7 +185,7 @@ impl Endpoint for Node {
             cm.handle_timeout(dev, now);
         }
         self.poll_gsi(now);
-        self.signal();
+        self.signal(now);
     }
 
     fn addr(&self) -> SocketAddr {
@@ -271,6 +294,8 @@ impl Runtime {
             drops: DropStats::default(),
             comp: BTreeMap::new(),
             cm_signals: BTreeMap::new(),
+            held: BTreeMap::new(),
+            resolve_ns: config.resolve_us.saturating_mul(1000),
             next_comp: 1,
         };
         let driver = UdpDriver::spawn(node, socket)
@@ -293,7 +318,7 @@ impl Runtime {
     pub fn with<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
         self.handle.with(|node, now| {
             let r = f(node, now);
-            node.signal();
+            node.signal(now);
             r
         })
     }
