@@ -187,17 +187,19 @@ pub unsafe extern "C" fn rdma_create_id(
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    // SAFETY: `addr` is a readable socket address (rdma_bind_addr(3)).
-    let Some(a) = (unsafe { sockaddr_from_c(addr) }) else {
-        return fail(libc::EINVAL);
-    };
-    let bound = !a.ip().is_unspecified();
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_bind_addr", id, bound, |n, _, h| {
-            n.split().0.bind_addr(h, a)
-        })
-    }
+    guard("rdma_bind_addr", -1, || {
+        // SAFETY: `addr` is a readable socket address (rdma_bind_addr(3)).
+        let Some(a) = (unsafe { sockaddr_from_c(addr) }) else {
+            return fail(libc::EINVAL);
+        };
+        let bound = !a.ip().is_unspecified();
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_bind_addr", id, bound, |n, _, h| {
+                n.split().0.bind_addr(h, a)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -207,31 +209,35 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    // SAFETY: NULL or readable socket addresses (rdma_resolve_addr(3)).
-    let (src, dst) = unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) };
-    let Some(dst) = dst else {
-        return fail(libc::EINVAL);
-    };
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_resolve_addr", id, true, |n, now, h| {
-            n.split().0.resolve_addr(h, src, dst)?;
-            resolving(n, now, id);
-            Ok(())
-        })
-    }
+    guard("rdma_resolve_addr", -1, || {
+        // SAFETY: NULL or readable socket addresses (rdma_resolve_addr(3)).
+        let (src, dst) = unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) };
+        let Some(dst) = dst else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_resolve_addr", id, true, |n, now, h| {
+                n.split().0.resolve_addr(h, src, dst)?;
+                resolving(n, now, id);
+                Ok(())
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_resolve_route", id, true, |n, now, h| {
-            n.split().0.resolve_route(h)?;
-            resolving(n, now, id);
-            Ok(())
-        })
-    }
+    guard("rdma_resolve_route", -1, || {
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_resolve_route", id, true, |n, now, h| {
+                n.split().0.resolve_route(h)?;
+                resolving(n, now, id);
+                Ok(())
+            })
+        }
+    })
 }
 
 /// Holds back the readiness of `id`'s channel while its resolution "runs" (`Node::resolving`).
@@ -274,59 +280,65 @@ unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> ConnPara
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    // SAFETY: NULL or a readable parameter block (rdma_connect(3)).
-    let p = unsafe { conn_param(param, ConnParam::rping_defaults()) };
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_connect", id, true, |n, now, h| {
-            let (cm, dev) = n.split();
-            cm.connect(dev, now, h, &p)
-        })
-    }
+    guard("rdma_connect", -1, || {
+        // SAFETY: NULL or a readable parameter block (rdma_connect(3)).
+        let p = unsafe { conn_param(param, ConnParam::rping_defaults()) };
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_connect", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.connect(dev, now, h, &p)
+            })
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    let backlog = u32::try_from(backlog).unwrap_or(0);
-    // SAFETY: `id` is an id of this library.
-    let r = unsafe {
-        id_call("rdma_listen", id, false, |n, _, h| {
-            n.split().0.listen(h, backlog)
-        })
-    };
-    if r == 0 {
-        // SAFETY: as above; the source address was set by `rdma_bind_addr`.
-        let addr = unsafe { sockaddr_from_c(&(*id).route.addr.src.src_addr) };
-        // Tests wait for this line (`RUST_LOG=rnic=info`) before starting a client.
-        tracing::info!(
-            "rdma_listen on {}",
-            addr.map_or_else(String::new, |a| a.to_string())
-        );
-    }
-    r
+    guard("rdma_listen", -1, || {
+        let backlog = u32::try_from(backlog).unwrap_or(0);
+        // SAFETY: `id` is an id of this library.
+        let r = unsafe {
+            id_call("rdma_listen", id, false, |n, _, h| {
+                n.split().0.listen(h, backlog)
+            })
+        };
+        if r == 0 {
+            // SAFETY: as above; the source address was set by `rdma_bind_addr`.
+            let addr = unsafe { sockaddr_from_c(&(*id).route.addr.src.src_addr) };
+            // Tests wait for this line (`RUST_LOG=rnic=info`) before starting a client.
+            tracing::info!(
+                "rdma_listen on {}",
+                addr.map_or_else(String::new, |a| a.to_string())
+            );
+        }
+        r
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    if id.is_null() {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: `id` is an id of this library.
-    let (rr, id_) = unsafe { idbox(id).req_resources };
-    let defaults = ConnParam {
-        responder_resources: rr,
-        initiator_depth: id_,
-        ..ConnParam::rping_defaults()
-    };
-    // SAFETY: NULL or a readable parameter block (rdma_accept(3)).
-    let p = unsafe { conn_param(param, defaults) };
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_accept", id, true, |n, now, h| {
-            let (cm, dev) = n.split();
-            cm.accept(dev, now, h, &p)
-        })
-    }
+    guard("rdma_accept", -1, || {
+        if id.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: `id` is an id of this library.
+        let (rr, id_) = unsafe { idbox(id).req_resources };
+        let defaults = ConnParam {
+            responder_resources: rr,
+            initiator_depth: id_,
+            ..ConnParam::rping_defaults()
+        };
+        // SAFETY: NULL or a readable parameter block (rdma_accept(3)).
+        let p = unsafe { conn_param(param, defaults) };
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_accept", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.accept(dev, now, h, &p)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -335,54 +347,60 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    let pd = if private_data.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: `private_data` holds `private_data_len` bytes (rdma_reject(3)).
+    guard("rdma_reject", -1, || {
+        let pd = if private_data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: `private_data` holds `private_data_len` bytes (rdma_reject(3)).
+            unsafe {
+                std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(private_data_len))
+            }
+            .to_vec()
+        };
+        // SAFETY: `id` is an id of this library.
         unsafe {
-            std::slice::from_raw_parts(private_data.cast::<u8>(), usize::from(private_data_len))
+            id_call("rdma_reject", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.reject(dev, now, h, &pd)
+            })
         }
-        .to_vec()
-    };
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_reject", id, true, |n, now, h| {
-            let (cm, dev) = n.split();
-            cm.reject(dev, now, h, &pd)
-        })
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: `id` is an id of this library.
-    let r = unsafe {
-        id_call("rdma_disconnect", id, true, |n, now, h| {
-            let (cm, dev) = n.split();
-            cm.disconnect(dev, now, h)
-        })
-    };
-    if r == 0 && !id.is_null() {
-        // SAFETY: as above; `qp` is the id's QP or NULL.
-        unsafe {
-            let qp = (*id).qp;
-            if !qp.is_null() {
-                (*qp).state = IBV_QPS_ERR;
+    guard("rdma_disconnect", -1, || {
+        // SAFETY: `id` is an id of this library.
+        let r = unsafe {
+            id_call("rdma_disconnect", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.disconnect(dev, now, h)
+            })
+        };
+        if r == 0 && !id.is_null() {
+            // SAFETY: as above; `qp` is the id's QP or NULL.
+            unsafe {
+                let qp = (*id).qp;
+                if !qp.is_null() {
+                    (*qp).state = IBV_QPS_ERR;
+                }
             }
         }
-    }
-    r
+        r
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: `id` is an id of this library.
-    unsafe {
-        id_call("rdma_establish", id, true, |n, now, h| {
-            let (cm, dev) = n.split();
-            cm.establish(dev, now, h)
-        })
-    }
+    guard("rdma_establish", -1, || {
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_establish", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.establish(dev, now, h)
+            })
+        }
+    })
 }
 
 #[no_mangle]
@@ -609,8 +627,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 match cm.get_cm_event(dev, now, ch) {
                     Ok(ev) => {
                         let addrs = n.cm().addrs(ev.id);
-                        let listen_addrs = ev.listen_id.and_then(|l| n.cm().addrs(l));
-                        Some(make_event(ev, channel, addrs, listen_addrs))
+                        Some(make_event(ev, channel, addrs))
                     }
                     Err(_) => None,
                 }
@@ -633,7 +650,6 @@ fn make_event(
     ev: CmEvent,
     channel: *mut rdma_event_channel,
     addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
-    _listen_addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
 ) -> *mut EventBox {
     let mut reg = registry();
     let listen = ev
@@ -718,31 +734,33 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
-    const NAMES: [&std::ffi::CStr; 19] = [
-        c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        c"RDMA_CM_EVENT_ADDR_ERROR",
-        c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        c"RDMA_CM_EVENT_ROUTE_ERROR",
-        c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        c"RDMA_CM_EVENT_CONNECT_ERROR",
-        c"RDMA_CM_EVENT_UNREACHABLE",
-        c"RDMA_CM_EVENT_REJECTED",
-        c"RDMA_CM_EVENT_ESTABLISHED",
-        c"RDMA_CM_EVENT_DISCONNECTED",
-        c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        c"RDMA_CM_EVENT_ADDR_CHANGE",
-        c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
-        c"RDMA_CM_EVENT_ADDRINFO_ERROR",
-        c"RDMA_CM_EVENT_USER",
-    ];
-    usize::try_from(event)
-        .ok()
-        .and_then(|i| NAMES.get(i))
-        .map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+    guard("rdma_event_str", c"UNKNOWN EVENT".as_ptr(), || {
+        const NAMES: [&std::ffi::CStr; 19] = [
+            c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            c"RDMA_CM_EVENT_ADDR_ERROR",
+            c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            c"RDMA_CM_EVENT_ROUTE_ERROR",
+            c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            c"RDMA_CM_EVENT_CONNECT_ERROR",
+            c"RDMA_CM_EVENT_UNREACHABLE",
+            c"RDMA_CM_EVENT_REJECTED",
+            c"RDMA_CM_EVENT_ESTABLISHED",
+            c"RDMA_CM_EVENT_DISCONNECTED",
+            c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            c"RDMA_CM_EVENT_ADDR_CHANGE",
+            c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+            c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
+            c"RDMA_CM_EVENT_ADDRINFO_ERROR",
+            c"RDMA_CM_EVENT_USER",
+        ];
+        usize::try_from(event)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+    })
 }
 
 #[no_mangle]
@@ -776,27 +794,31 @@ pub unsafe extern "C" fn rdma_set_option(
 /// The port of the id's source address, network order (`rdma_get_src_port(3)`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    if id.is_null() {
-        return 0;
-    }
-    // SAFETY: an id of this library; `src_addr` is set from a v4 or v6 address or all zero.
-    match unsafe { sockaddr_from_c(&(*id).route.addr.src.src_addr) } {
-        Some(a) => a.port().to_be(),
-        None => 0,
-    }
+    guard("rdma_get_src_port", 0, || {
+        if id.is_null() {
+            return 0;
+        }
+        // SAFETY: an id of this library; `src_addr` is set from a v4 or v6 address or all zero.
+        match unsafe { sockaddr_from_c(&(*id).route.addr.src.src_addr) } {
+            Some(a) => a.port().to_be(),
+            None => 0,
+        }
+    })
 }
 
 /// The port of the id's destination address, network order (`rdma_get_dst_port(3)`).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    if id.is_null() {
-        return 0;
-    }
-    // SAFETY: as `rdma_get_src_port`.
-    match unsafe { sockaddr_from_c(&(*id).route.addr.dst.dst_addr) } {
-        Some(a) => a.port().to_be(),
-        None => 0,
-    }
+    guard("rdma_get_dst_port", 0, || {
+        if id.is_null() {
+            return 0;
+        }
+        // SAFETY: as `rdma_get_src_port`.
+        match unsafe { sockaddr_from_c(&(*id).route.addr.dst.dst_addr) } {
+            Some(a) => a.port().to_be(),
+            None => 0,
+        }
+    })
 }
 
 #[no_mangle]
@@ -811,11 +833,13 @@ pub unsafe extern "C" fn rdma_migrate_id(
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
-    if event != IBV_EVENT_COMM_EST as c_int {
-        return 0; // librdmacm ignores every other event
-    }
-    // SAFETY: forwarding the caller's id.
-    unsafe { rdma_establish(id) }
+    guard("rdma_notify", -1, || {
+        if event != IBV_EVENT_COMM_EST as c_int {
+            return 0; // librdmacm ignores every other event
+        }
+        // SAFETY: forwarding the caller's id (rdma_establish guards itself).
+        unsafe { rdma_establish(id) }
+    })
 }
 
 #[no_mangle]
@@ -846,10 +870,12 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    if !list.is_null() {
-        // SAFETY: `list` came from `rdma_get_devices`, a leaked `Box<[_; 2]>`.
-        drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
-    }
+    guard("rdma_free_devices", (), || {
+        if !list.is_null() {
+            // SAFETY: `list` came from `rdma_get_devices`, a leaked `Box<[_; 2]>`.
+            drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
+        }
+    })
 }
 
 /// `rpoll` of librdmacm's rsocket API: for descriptors that are not rsockets (ours never are)
@@ -860,6 +886,8 @@ pub unsafe extern "C" fn rpoll(
     nfds: libc::nfds_t,
     timeout: c_int,
 ) -> c_int {
-    // SAFETY: the caller's `poll(2)` arguments, passed through.
-    unsafe { libc::poll(fds, nfds, timeout) }
+    guard("rpoll", -1, || {
+        // SAFETY: the caller's `poll(2)` arguments, passed through.
+        unsafe { libc::poll(fds, nfds, timeout) }
+    })
 }

@@ -1059,7 +1059,9 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-    0 // no pinned pages to protect: registered memory is the application's own
+    guard("ibv_fork_init", 0, || {
+        0 // no pinned pages to protect: registered memory is the application's own
+    })
 }
 
 #[no_mangle]
@@ -1078,40 +1080,46 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
 /// The `ibv_wc_status_str(3)` strings, as rdma-core spells them.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_wc_status_str(status: ibv_wc_status) -> *const c_char {
-    static STRINGS: OnceLock<Vec<std::ffi::CString>> = OnceLock::new();
-    let s = STRINGS.get_or_init(|| {
-        (0u8..=23)
-            .map(|v| {
-                let text = verbs_core::WcStatus::from_raw(v).map_or("unknown", |w| w.as_str());
-                std::ffi::CString::new(text).unwrap_or_default()
-            })
-            .collect()
-    });
-    static UNKNOWN: &std::ffi::CStr = c"unknown";
-    usize::try_from(status)
-        .ok()
-        .and_then(|i| s.get(i))
-        .map_or(UNKNOWN.as_ptr(), |c| c.as_ptr())
+    guard("ibv_wc_status_str", c"unknown".as_ptr(), || {
+        static STRINGS: OnceLock<Vec<std::ffi::CString>> = OnceLock::new();
+        let s = STRINGS.get_or_init(|| {
+            (0u8..=23)
+                .map(|v| {
+                    let text = verbs_core::WcStatus::from_raw(v).map_or("unknown", |w| w.as_str());
+                    std::ffi::CString::new(text).unwrap_or_default()
+                })
+                .collect()
+        });
+        static UNKNOWN: &std::ffi::CStr = c"unknown";
+        usize::try_from(status)
+            .ok()
+            .and_then(|i| s.get(i))
+            .map_or(UNKNOWN.as_ptr(), |c| c.as_ptr())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_node_type_str(node_type: ibv_node_type) -> *const c_char {
-    match node_type as i64 {
-        1 => c"InfiniBand channel adapter".as_ptr(),
-        _ => c"unknown".as_ptr(),
-    }
+    guard("ibv_node_type_str", c"unknown".as_ptr(), || {
+        match node_type as i64 {
+            1 => c"InfiniBand channel adapter".as_ptr(),
+            _ => c"unknown".as_ptr(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_port_state_str(port_state: ibv_port_state) -> *const c_char {
-    match port_state as i64 {
-        1 => c"PORT_DOWN".as_ptr(),
-        2 => c"PORT_INIT".as_ptr(),
-        3 => c"PORT_ARMED".as_ptr(),
-        4 => c"PORT_ACTIVE".as_ptr(),
-        5 => c"PORT_ACTIVE_DEFER".as_ptr(),
-        _ => c"PORT_NOP".as_ptr(),
-    }
+    guard("ibv_port_state_str", c"unknown".as_ptr(), || {
+        match port_state as i64 {
+            1 => c"PORT_DOWN".as_ptr(),
+            2 => c"PORT_INIT".as_ptr(),
+            3 => c"PORT_ARMED".as_ptr(),
+            4 => c"PORT_ACTIVE".as_ptr(),
+            5 => c"PORT_ACTIVE_DEFER".as_ptr(),
+            _ => c"PORT_NOP".as_ptr(),
+        }
+    })
 }
 
 /// Silences "unused" for the QP-state import used only in conversions' type inference.
