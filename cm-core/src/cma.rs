@@ -347,14 +347,22 @@ impl Cma {
     /// kernel's `ucma_listen` makes it (so `rdma_listen(id, 0)`, which ucmatose uses, takes many
     /// requests at once).
     ///
+    /// An id still IDLE is first bound to the wildcard address and an ephemeral port, as
+    /// Linux's `rdma_listen` does.
+    ///
     /// # Errors
-    /// `EINVAL` unless ADDR_BOUND; `EBUSY` when the port already has a listener.
+    /// `EINVAL` unless IDLE or ADDR_BOUND; `EBUSY` when the port already has a listener.
     pub fn listen(&mut self, id: CmIdHandle, backlog: u32) -> Result<(), Error> {
         let backlog = if backlog == 0 || backlog > UCMA_MAX_BACKLOG {
             UCMA_MAX_BACKLOG
         } else {
             backlog
         };
+        if self.rec(id)?.state == RdmaCmState::Idle {
+            // Linux `rdma_listen` binds an unbound id to the wildcard address, port 0 (an
+            // ephemeral port), itself.
+            self.bind_addr(id, SocketAddr::from(([0, 0, 0, 0], 0)))?;
+        }
         let r = self.rec(id)?;
         let (RdmaCmState::AddrBound, Some(src)) = (r.state, r.src) else {
             return Err(inval("rdma_listen: id not bound"));

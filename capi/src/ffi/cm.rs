@@ -6,32 +6,34 @@
 //! Return convention: 0, or -1 with `errno`.
 
 use super::convert::*;
-use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
-use super::verbs::{cm_context, cm_pd, create_qp};
+use super::objects::{leak, registry, ChannelBox, IdBox};
+use super::verbs::cm_context;
 use super::{errno_of, fail, fail_null, guard, rt, unsupported};
 use crate::abi::*;
-use crate::runtime::{wait_token, Signal};
-use cm_core::api::{CmEvent, CmIdHandle, ConnParam};
-use cm_core::engine::QpAction;
+use crate::runtime::Signal;
+use cm_core::api::{CmIdHandle, ConnParam};
 use cm_core::wire::RdmaPortSpace;
-use libc::{c_char, c_int, c_void};
+use libc::{c_int, c_void};
 use std::net::SocketAddr;
 use std::ptr::null_mut;
-use std::sync::Arc;
-use verbs_core::{AccessFlags, Errno, Error};
+use verbs_core::{Errno, Error};
 
 /// The `IdBox` of a C id pointer.
 ///
 /// # Safety
 /// `id` came from this library (`rdma_create_id` or a CONNECT_REQUEST) and is not destroyed.
-unsafe fn idbox<'a>(id: *mut rdma_cm_id) -> &'a mut IdBox {
+pub(super) unsafe fn idbox<'a>(id: *mut rdma_cm_id) -> &'a mut IdBox {
     // SAFETY: the caller's contract; `rdma_cm_id` is the first field of the `#[repr(C)]`
     // `IdBox`, so the pointers coincide.
     unsafe { &mut *id.cast::<IdBox>() }
 }
 
 /// Updates the C id from the CM: addresses, `verbs` once bound to the device.
-fn refresh(b: &mut IdBox, addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>, bound: bool) {
+pub(super) fn refresh(
+    b: &mut IdBox,
+    addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
+    bound: bool,
+) {
     let Some((src, dst)) = addrs else { return };
     if let Some(s) = src {
         match s {
@@ -94,7 +96,7 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
             Ok(s) => s,
             Err(e) => return fail_null(e.raw_os_error().unwrap_or(libc::EMFILE)),
         };
-        let (raw, fd) = (signal.raw_fd(), signal.fd());
+        let (raw, fd) = (signal.raw_fd(), signal.ends());
         let handle = r.with(|n, _| {
             let (cm, _) = n.split();
             let ch = cm.create_event_channel();
@@ -404,176 +406,6 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp(
-    id: *mut rdma_cm_id,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    guard("rdma_create_qp", -1, || {
-        let (Ok(r), false) = (rt(), id.is_null() || qp_init_attr.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: `id` is an id of this library; `qp_init_attr` is readable and writable
-        // (rdma_create_qp(3): the granted caps are written back).
-        let (b, attr) = unsafe { (idbox(id), &mut *qp_init_attr) };
-        if b.c.verbs.is_null() {
-            return fail(libc::EINVAL); // not bound to a device yet
-        }
-        let pd = if pd.is_null() {
-            match cm_pd() {
-                Ok(p) => p,
-                Err(e) => return fail(e),
-            }
-        } else {
-            pd
-        };
-        let mut a = *attr;
-        if a.send_cq.is_null() || a.recv_cq.is_null() {
-            match create_id_cqs(b, &a) {
-                Ok((s, rc)) => {
-                    a.send_cq = s;
-                    a.recv_cq = rc;
-                }
-                Err(e) => return fail(e),
-            }
-        }
-        // Make the QP, then let the CM move it to INIT and own it (librdmacm
-        // `rdma_create_qp_ex` → `ucma_init_conn_qp`).
-        let qp = match create_qp(pd, &a) {
-            Ok(qp) => qp,
-            Err(e) => return fail(e),
-        };
-        // SAFETY: `qp` was just made by this library.
-        let (qh, qpn) = unsafe { ((*qp).handle, (*qp).qp_num) };
-        let handle = verbs_core::Qp {
-            handle: verbs_core::QpHandle(qh),
-            qp_num: qpn,
-        };
-        let h = b.handle;
-        let res = r.with(|n, _| {
-            let (cm, dev) = n.split();
-            cm.attach_qp(h, handle)?;
-            let (attr, mask) = QpAction::init(AccessFlags::empty()).attr_mask();
-            verbs_core::Device::modify_qp(dev, handle.handle, &attr, mask).inspect_err(|_| {
-                let _ = cm.detach_qp(h);
-            })
-        });
-        if let Err(e) = res {
-            // SAFETY: `qp` is ours and unused.
-            unsafe { super::verbs::ibv_destroy_qp(qp) };
-            return fail(errno_of(&e));
-        }
-        // SAFETY: `qp` is live.
-        unsafe { (*qp).state = IBV_QPS_INIT };
-        b.c.qp = qp;
-        b.c.pd = pd;
-        attr.send_cq = a.send_cq;
-        attr.recv_cq = a.recv_cq;
-        0
-    })
-}
-
-/// The CQs (and their completion channels) librdmacm makes when `rdma_create_qp` is given
-/// none (`ucma_create_cqs`): one pair per direction, sized by the WR counts.
-fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *mut ibv_cq), i32> {
-    let ctx = b.c.verbs;
-    let make = |entries: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
-        // SAFETY: `ctx` is the id's live context.
-        let ch = unsafe { super::verbs::ibv_create_comp_channel(ctx) };
-        if ch.is_null() {
-            return Err(nix::errno::Errno::last_raw());
-        }
-        // SAFETY: as above; `ch` was just made.
-        let cq =
-            unsafe { super::verbs::ibv_create_cq(ctx, entries.max(1) as c_int, null_mut(), ch, 0) };
-        if cq.is_null() {
-            let e = nix::errno::Errno::last_raw();
-            // SAFETY: `ch` is ours and has no CQ.
-            unsafe { super::verbs::ibv_destroy_comp_channel(ch) };
-            return Err(e);
-        }
-        Ok((ch, cq))
-    };
-    let (rch, rcq) = make(a.cap.max_recv_wr)?;
-    let (sch, scq) = make(a.cap.max_send_wr)?;
-    b.c.recv_cq_channel = rch;
-    b.c.recv_cq = rcq;
-    b.c.send_cq_channel = sch;
-    b.c.send_cq = scq;
-    b.own_cqs = true;
-    Ok((scq, rcq))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_create_qp_ex(
-    id: *mut rdma_cm_id,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> c_int {
-    guard("rdma_create_qp_ex", -1, || {
-        if attr.is_null() {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: `attr` is a readable `ibv_qp_init_attr_ex` (rdma_create_qp_ex(3)).
-        let a = unsafe { &mut *attr };
-        let known = IBV_QP_INIT_ATTR_PD;
-        if a.comp_mask & !known != 0 {
-            return fail(unsupported("rdma_create_qp_ex with extended attributes"));
-        }
-        let mut plain = ibv_qp_init_attr {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all,
-        };
-        let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
-            a.pd
-        } else {
-            null_mut()
-        };
-        // SAFETY: forwarding the caller's pointers.
-        let r = unsafe { rdma_create_qp(id, pd, &mut plain) };
-        a.send_cq = plain.send_cq;
-        a.recv_cq = plain.recv_cq;
-        r
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_qp", (), || {
-        let (Ok(r), false) = (rt(), id.is_null()) else {
-            return;
-        };
-        // SAFETY: `id` is an id of this library.
-        let b = unsafe { idbox(id) };
-        let h = b.handle;
-        r.with(|n, _| n.split().0.detach_qp(h)).ok();
-        if !b.c.qp.is_null() {
-            // SAFETY: the id's QP, made by `rdma_create_qp`.
-            unsafe { super::verbs::ibv_destroy_qp(b.c.qp) };
-            b.c.qp = null_mut();
-        }
-        if b.own_cqs {
-            // SAFETY: the CQs and channels `rdma_create_qp` made for this id, now unused.
-            unsafe {
-                super::verbs::ibv_destroy_cq(b.c.send_cq);
-                super::verbs::ibv_destroy_cq(b.c.recv_cq);
-                super::verbs::ibv_destroy_comp_channel(b.c.send_cq_channel);
-                super::verbs::ibv_destroy_comp_channel(b.c.recv_cq_channel);
-            }
-            b.c.send_cq = null_mut();
-            b.c.recv_cq = null_mut();
-            b.c.send_cq_channel = null_mut();
-            b.c.recv_cq_channel = null_mut();
-            b.own_cqs = false;
-        }
-    })
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     guard("rdma_destroy_id", -1, || {
         let (Ok(r), false) = (rt(), id.is_null()) else {
@@ -599,167 +431,6 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
             Err(e) => fail(errno_of(&e)),
         }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
-    guard("rdma_get_cm_event", -1, || {
-        let (Ok(r), false) = (rt(), channel.is_null() || event.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        let cb = channel.cast::<ChannelBox>();
-        // SAFETY: `channel` came from `rdma_create_event_channel`; the Arc keeps its eventfd
-        // alive while this thread waits outside every lock.
-        let (ch, fd) = unsafe { ((*cb).handle, Arc::clone(&(*cb).fd)) };
-        loop {
-            if let Err(e) = wait_token(&fd) {
-                return fail(e.raw_os_error().unwrap_or(libc::EIO));
-            }
-            let got = r.with(|n, now| {
-                if let Some(s) = n.cm_signals.get_mut(&ch) {
-                    s.claimed();
-                }
-                let (cm, dev) = n.split();
-                match cm.get_cm_event(dev, now, ch) {
-                    Ok(ev) => {
-                        let addrs = n.cm().addrs(ev.id);
-                        Some(make_event(ev, channel, addrs))
-                    }
-                    Err(_) => None,
-                }
-            });
-            if let Some(p) = got {
-                // SAFETY: `p` was just made by `make_event`.
-                let (ev, st) = unsafe { ((*p).event.event, (*p).c.status) };
-                tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
-                // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
-                unsafe { *event = p.cast() };
-                return 0;
-            }
-        }
-    })
-}
-
-/// The C event for `ev` (and, for a CONNECT_REQUEST, the new id), under the node lock so the
-/// registry and the CM agree.
-fn make_event(
-    ev: CmEvent,
-    channel: *mut rdma_event_channel,
-    addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
-) -> *mut EventBox {
-    let mut reg = registry();
-    let listen = ev
-        .listen_id
-        .and_then(|l| reg.ids.get(&l).copied())
-        .unwrap_or(0) as *mut IdBox;
-    let id = match reg.ids.get(&ev.id) {
-        Some(&p) => p as *mut IdBox,
-        None => {
-            // A CONNECT_REQUEST's new id: it reports to the listener's channel with the
-            // listener's context (librdmacm `ucma_process_conn_req`).
-            let (context, ps) = if listen.is_null() {
-                (null_mut(), RDMA_PS_TCP)
-            } else {
-                // SAFETY: registered ids are live.
-                unsafe { ((*listen).c.context, (*listen).c.ps) }
-            };
-            let p = leak(IdBox::new(ev.id, channel, context, ps, IBV_QPT_RC));
-            // SAFETY: just made.
-            unsafe {
-                (*p).req_resources = (ev.param.responder_resources, ev.param.initiator_depth);
-            }
-            reg.ids.insert(ev.id, p as usize);
-            p
-        }
-    };
-    drop(reg);
-    // SAFETY: `id` is live (registered or just made).
-    unsafe { refresh(&mut *id, addrs, true) };
-    let private_data = ev.param.private_data.clone();
-    let b = leak(EventBox {
-        c: rdma_cm_event {
-            id: id.cast(),
-            listen_id: listen.cast(),
-            event: ev.event as rdma_cm_event_type,
-            status: ev.status,
-            param: rdma_cm_event_param {
-                conn: rdma_conn_param {
-                    private_data: std::ptr::null(),
-                    private_data_len: 0,
-                    responder_resources: ev.param.responder_resources,
-                    initiator_depth: ev.param.initiator_depth,
-                    flow_control: 0,
-                    retry_count: ev.param.retry_count,
-                    rnr_retry_count: ev.param.rnr_retry_count,
-                    srq: u8::from(ev.param.srq),
-                    qp_num: ev.param.qp_num,
-                },
-            },
-        },
-        event: ev,
-        private_data,
-    });
-    // SAFETY: `b` was just made; the Vec's buffer does not move while the box lives.
-    unsafe {
-        if !(*b).private_data.is_empty() {
-            (*b).c.param.conn.private_data = (*b).private_data.as_ptr().cast();
-            (*b).c.param.conn.private_data_len =
-                u8::try_from((*b).private_data.len()).unwrap_or(u8::MAX);
-        }
-        (*id).c.event = b.cast();
-    }
-    b
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    guard("rdma_ack_cm_event", -1, || {
-        let (Ok(r), false) = (rt(), event.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: `event` came from `rdma_get_cm_event` and is acked once.
-        let b = unsafe { Box::from_raw(event.cast::<EventBox>()) };
-        let res = r.with(|n, _| n.split().0.ack_cm_event(b.event.clone()));
-        r.note_ack();
-        match res {
-            Ok(()) => 0,
-            Err(e) => fail(errno_of(&e)),
-        }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
-    guard("rdma_event_str", c"UNKNOWN EVENT".as_ptr(), || {
-        const NAMES: [&std::ffi::CStr; 19] = [
-            c"RDMA_CM_EVENT_ADDR_RESOLVED",
-            c"RDMA_CM_EVENT_ADDR_ERROR",
-            c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-            c"RDMA_CM_EVENT_ROUTE_ERROR",
-            c"RDMA_CM_EVENT_CONNECT_REQUEST",
-            c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-            c"RDMA_CM_EVENT_CONNECT_ERROR",
-            c"RDMA_CM_EVENT_UNREACHABLE",
-            c"RDMA_CM_EVENT_REJECTED",
-            c"RDMA_CM_EVENT_ESTABLISHED",
-            c"RDMA_CM_EVENT_DISCONNECTED",
-            c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-            c"RDMA_CM_EVENT_MULTICAST_JOIN",
-            c"RDMA_CM_EVENT_MULTICAST_ERROR",
-            c"RDMA_CM_EVENT_ADDR_CHANGE",
-            c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-            c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
-            c"RDMA_CM_EVENT_ADDRINFO_ERROR",
-            c"RDMA_CM_EVENT_USER",
-        ];
-        usize::try_from(event)
-            .ok()
-            .and_then(|i| NAMES.get(i))
-            .map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
     })
 }
 

@@ -9,7 +9,9 @@
 //! trusted to be one of those (or a buffer the C API says it must be), as libibverbs trusts it.
 //!
 //! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
-//! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`), [`cm`] (`rdma_*`),
+//! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
+//! MRs), [`cq`] (completion channels, CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls), [`cm_qp`] (QPs on ids), [`cm_event`]
+//! (events),
 //! [`addrinfo`] (`rdma_getaddrinfo`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -18,9 +20,13 @@
 
 mod addrinfo;
 mod cm;
+mod cm_event;
+mod cm_qp;
 mod convert;
+mod cq;
 mod memory;
 mod objects;
+mod qp;
 mod verbs;
 
 use crate::runtime::{runtime, Runtime};

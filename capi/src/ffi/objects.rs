@@ -6,8 +6,8 @@
 
 use super::convert::{ah_from_c, zeroed_storage};
 use crate::abi::*;
+use crate::runtime::Ends;
 use cm_core::api::{CmEvent, CmIdHandle, EventChannel};
-use nix::sys::eventfd::EventFd;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -20,8 +20,8 @@ pub struct CompChannelBox {
     pub c: ibv_comp_channel,
     /// The node's channel number (`Node::comp`).
     pub num: u32,
-    /// Its eventfd, to wait on without the node lock.
-    pub fd: Arc<EventFd>,
+    /// Its descriptor pair, to wait on without the node lock.
+    pub fd: Arc<Ends>,
 }
 
 /// `struct ibv_ah` and its address vector.
@@ -54,8 +54,8 @@ pub struct ChannelBox {
     pub c: rdma_event_channel,
     /// The CM's channel.
     pub handle: EventChannel,
-    /// Its eventfd, to wait on without the node lock.
-    pub fd: Arc<EventFd>,
+    /// Its descriptor pair, to wait on without the node lock.
+    pub fd: Arc<Ends>,
 }
 
 /// `struct rdma_cm_id` and what librdmacm keeps beside it (`struct cma_id_private`).

@@ -5,12 +5,12 @@
 //! The driver's thread is the progress thread: it receives datagrams, runs the transport's and
 //! the CM's timers and sends what they queue. Application threads call in through
 //! [`Runtime::with`], which locks the node, runs the call with the current time, sends what the
-//! call queued from the caller's thread, and raises the eventfds of channels that got events.
+//! call queued from the caller's thread, and tops up the descriptors of channels that got events.
 //! Safe code only: raw pointers stay in `ffi`.
 
 mod signal;
 
-pub use signal::{wait_token, Signal};
+pub use signal::{wait_token, Ends, Signal};
 
 use crate::config::{Config, ROCE_PORT};
 use bytes::Bytes;
@@ -36,7 +36,7 @@ pub struct DropStats {
     pub rx: u64,
 }
 
-/// A completion channel: the device's queue of CQ events and the eventfd the application sees.
+/// A completion channel: the device's queue of CQ events and the descriptor the application sees.
 #[derive(Debug)]
 pub struct CompSignal {
     /// The queue the device reports armed CQs to.
@@ -94,7 +94,7 @@ impl Node {
     /// Registers a completion channel and returns its number.
     ///
     /// # Errors
-    /// The eventfd could not be made.
+    /// The descriptor pair could not be made.
     pub fn add_comp_channel(&mut self) -> io::Result<(u32, &CompSignal)> {
         let n = self.next_comp;
         self.next_comp += 1;
@@ -116,7 +116,7 @@ impl Node {
         }
     }
 
-    /// Raises every channel's eventfd to the number of events queued on it: called after each
+    /// Sets every channel's descriptor to the number of events queued on it: called after each
     /// step of the node (driver input or application call).
     pub fn signal(&mut self, now: SimTime) {
         for cs in self.comp.values_mut() {
@@ -301,7 +301,7 @@ impl Runtime {
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
         let handle = driver.handle().clone();
-        // Application threads wait on eventfds, not on the driver's condvar.
+        // Application threads wait on channel descriptors, not on the driver's condvar.
         handle.set_wake_filter(|_| false);
         tracing::info!(%addr, device = %config.device, "simulated RNIC up");
         Ok(Runtime {
@@ -314,7 +314,7 @@ impl Runtime {
     }
 
     /// Runs `f` on the node with the current time, sends what it queued and raises the
-    /// channels' eventfds.
+    /// channels' descriptors.
     pub fn with<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
         self.handle.with(|node, now| {
             let r = f(node, now);
@@ -324,7 +324,7 @@ impl Runtime {
     }
 
     /// Runs `f` on the node for a call that queues no datagram and no event (polling or arming
-    /// a CQ, queries): nothing is sent, no eventfd is raised, the progress thread is not woken.
+    /// a CQ, queries): nothing is sent, no channel is signalled, the progress thread is not woken.
     pub fn with_quiet<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
         self.handle.with_quiet(f)
     }

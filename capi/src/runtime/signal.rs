@@ -1,60 +1,91 @@
 //! Readiness of event and completion channels as real file descriptors.
 //!
 //! Every `struct rdma_event_channel` and `struct ibv_comp_channel` the library hands out has an
-//! `fd` the application may `poll()`/`select()` on, as with the kernel's character devices. Here
-//! it is an eventfd in semaphore mode (`EFD_SEMAPHORE`): its count is the number of events
-//! queued for the channel that no reader has claimed yet. The node raises it after every step
-//! that may queue events ([`Signal::raise_to`]); a reader claims one event by reading the fd
-//! (which blocks while the count is 0, unless the application set `O_NONBLOCK` on it), then
-//! takes the event under the node lock and calls [`Signal::claimed`].
-//!
-//! An event that disappears before it is read (an unread CONNECT_REQUEST of a destroyed
-//! listener) leaves a token behind: the reader then finds no event and waits again, as after a
-//! spurious wake-up.
+//! `fd` the application may `poll()`/`select()`/epoll on, as with the kernel's character
+//! devices, where the fd is readable exactly while the channel has an unread event. Here the fd
+//! is one end of a local stream socket pair, and the channel's unclaimed events are that many
+//! one-byte tokens queued on it: the node tops the tokens up after every step that may queue
+//! events ([`Signal::raise_to`]), and withdraws those of events that went away unread (an unread
+//! CONNECT_REQUEST or TIMEWAIT_EXIT of an id the application destroyed, as the kernel's
+//! `ucma_destroy_id` drops them) by reading them back without blocking (`MSG_DONTWAIT`, which
+//! works whatever the application did to the fd's flags). A reader claims one event by reading
+//! one token ([`wait_token`]): that blocks while there is none, unless the application set
+//! `O_NONBLOCK` on the fd, where it fails with `EAGAIN` — the two behaviours of
+//! `rdma_get_cm_event` and `ibv_get_cq_event`.
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-/// One channel's eventfd and how many tokens it has been given that no reader has claimed.
+/// The two ends: the application's (read) and the node's (write).
+#[derive(Debug)]
+pub struct Ends {
+    app: OwnedFd,
+    node: OwnedFd,
+}
+
+/// One channel's descriptor and how many tokens it was given that no reader has claimed.
 #[derive(Debug, Clone)]
 pub struct Signal {
-    fd: Arc<EventFd>,
+    ends: Arc<Ends>,
     raised: u64,
 }
 
 impl Signal {
-    /// A new eventfd (semaphore mode, close-on-exec, blocking) with count 0.
+    /// A new, empty channel descriptor (close-on-exec, blocking).
     ///
     /// # Errors
-    /// What `eventfd(2)` returns (e.g. `EMFILE`).
+    /// What `socketpair(2)` returns (e.g. `EMFILE`).
     pub fn new() -> io::Result<Signal> {
-        let fd = EventFd::from_value_and_flags(0, EfdFlags::EFD_SEMAPHORE | EfdFlags::EFD_CLOEXEC)
-            .map_err(io::Error::from)?;
+        let (app, node) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
         Ok(Signal {
-            fd: Arc::new(fd),
+            ends: Arc::new(Ends { app, node }),
             raised: 0,
         })
     }
 
     /// The descriptor number the application sees as `channel->fd`.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_fd().as_raw_fd()
+        self.ends.app.as_raw_fd()
     }
 
-    /// The eventfd, to wait on outside the node lock.
-    pub fn fd(&self) -> Arc<EventFd> {
-        Arc::clone(&self.fd)
+    /// The descriptor pair, to wait on outside the node lock.
+    pub fn ends(&self) -> Arc<Ends> {
+        Arc::clone(&self.ends)
     }
 
-    /// Makes the count cover `queued` events: adds the tokens of events queued since the last
-    /// call. Never blocks (an eventfd write blocks only near `u64::MAX`).
+    /// Makes the tokens match `queued` events: adds those of events queued since the last call,
+    /// withdraws those of events that disappeared unread. Never blocks.
     pub fn raise_to(&mut self, queued: u64) {
-        if queued > self.raised {
-            let more = queued - self.raised;
-            if self.fd.write(more).is_ok() {
-                self.raised = queued;
+        while self.raised < queued {
+            let n = usize::try_from(queued - self.raised)
+                .unwrap_or(usize::MAX)
+                .min(4096);
+            let ones = [1u8; 4096];
+            match send(
+                self.ends.node.as_raw_fd(),
+                &ones[..n],
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(sent) if sent > 0 => self.raised += sent as u64,
+                // A full socket buffer (thousands of unread events): readable all the same.
+                _ => break,
+            }
+        }
+        let mut byte = [0u8; 1];
+        while self.raised > queued {
+            // A token a reader already took is not here: that reader finds no event and
+            // waits again, and its `claimed` settles the count.
+            match recv(self.ends.app.as_raw_fd(), &mut byte, MsgFlags::MSG_DONTWAIT) {
+                Ok(1) => self.raised -= 1,
+                _ => break,
             }
         }
     }
@@ -65,19 +96,63 @@ impl Signal {
     }
 }
 
-/// Waits for and consumes one token of `fd`: blocks while the count is 0, unless the
-/// descriptor is non-blocking (`O_NONBLOCK` set by the application), where it fails with
-/// `EAGAIN`. `EINTR` is retried.
+/// Waits for and consumes one token: blocks while there is none, unless the application made
+/// the descriptor non-blocking (`EAGAIN` then). `EINTR` is retried.
 ///
 /// # Errors
-/// `EAGAIN` on a non-blocking descriptor with no token; another `read(2)` error.
-pub fn wait_token(fd: &EventFd) -> io::Result<()> {
-    let mut buf = [0u8; 8];
+/// `EAGAIN` on a non-blocking descriptor with no token; another `recv(2)` error.
+pub fn wait_token(ends: &Ends) -> io::Result<()> {
+    let mut byte = [0u8; 1];
     loop {
-        match nix::unistd::read(fd.as_fd(), &mut buf) {
-            Ok(_) => return Ok(()),
+        match recv(ends.app.as_raw_fd(), &mut byte, MsgFlags::empty()) {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(io::Error::from(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+
+    fn readable(s: &Signal) -> bool {
+        let mut fds = [PollFd::new(s.ends.app.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).unwrap_or(0) == 1
+    }
+
+    #[test]
+    fn readable_exactly_while_events_are_queued() {
+        let Ok(mut s) = Signal::new() else {
+            panic!("socketpair")
+        };
+        assert!(!readable(&s));
+        s.raise_to(2);
+        assert!(readable(&s));
+        assert!(wait_token(&s.ends).is_ok());
+        s.claimed();
+        assert!(readable(&s));
+        // the second event went away unread: its token is withdrawn
+        s.raise_to(0);
+        assert!(!readable(&s));
+        s.raise_to(1);
+        assert!(readable(&s));
+    }
+
+    #[test]
+    fn a_non_blocking_descriptor_reports_eagain() {
+        let Ok(s) = Signal::new() else {
+            panic!("socketpair")
+        };
+        let fd = s.ends.app.as_fd();
+        let flags = fcntl(fd, FcntlArg::F_GETFL).unwrap_or(0);
+        let set = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+        assert!(fcntl(fd, FcntlArg::F_SETFL(set)).is_ok());
+        let e = wait_token(&s.ends).err().and_then(|e| e.raw_os_error());
+        assert_eq!(e, Some(libc::EAGAIN));
     }
 }

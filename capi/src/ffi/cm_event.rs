@@ -1,0 +1,174 @@
+//! librdmacm's events: `rdma_get_cm_event` (blocking on the channel's descriptor, then the
+//! librdmacm-side fetch-time work of cm-core), the C event and, for a CONNECT_REQUEST, the new
+//! id; `rdma_ack_cm_event`, `rdma_event_str`.
+
+use super::cm::refresh;
+use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
+use super::{errno_of, fail, guard, rt};
+use crate::abi::*;
+use crate::runtime::wait_token;
+use cm_core::api::CmEvent;
+use libc::{c_char, c_int};
+use std::net::SocketAddr;
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    guard("rdma_get_cm_event", -1, || {
+        let (Ok(r), false) = (rt(), channel.is_null() || event.is_null()) else {
+            return fail(libc::EINVAL);
+        };
+        let cb = channel.cast::<ChannelBox>();
+        // SAFETY: `channel` came from `rdma_create_event_channel`; the Arc keeps its descriptors
+        // alive while this thread waits outside every lock.
+        let (ch, fd) = unsafe { ((*cb).handle, Arc::clone(&(*cb).fd)) };
+        loop {
+            if let Err(e) = wait_token(&fd) {
+                return fail(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+            let got = r.with(|n, now| {
+                if let Some(s) = n.cm_signals.get_mut(&ch) {
+                    s.claimed();
+                }
+                let (cm, dev) = n.split();
+                match cm.get_cm_event(dev, now, ch) {
+                    Ok(ev) => {
+                        let addrs = n.cm().addrs(ev.id);
+                        Some(make_event(ev, channel, addrs))
+                    }
+                    Err(_) => None,
+                }
+            });
+            if let Some(p) = got {
+                // SAFETY: `p` was just made by `make_event`.
+                let (ev, st) = unsafe { ((*p).event.event, (*p).c.status) };
+                tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
+                // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
+                unsafe { *event = p.cast() };
+                return 0;
+            }
+        }
+    })
+}
+
+/// The C event for `ev` (and, for a CONNECT_REQUEST, the new id), under the node lock so the
+/// registry and the CM agree.
+fn make_event(
+    ev: CmEvent,
+    channel: *mut rdma_event_channel,
+    addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
+) -> *mut EventBox {
+    let mut reg = registry();
+    let listen = ev
+        .listen_id
+        .and_then(|l| reg.ids.get(&l).copied())
+        .unwrap_or(0) as *mut IdBox;
+    let id = match reg.ids.get(&ev.id) {
+        Some(&p) => p as *mut IdBox,
+        None => {
+            // A CONNECT_REQUEST's new id: it reports to the listener's channel with the
+            // listener's context (librdmacm `ucma_process_conn_req`).
+            let (context, ps) = if listen.is_null() {
+                (null_mut(), RDMA_PS_TCP)
+            } else {
+                // SAFETY: registered ids are live.
+                unsafe { ((*listen).c.context, (*listen).c.ps) }
+            };
+            let p = leak(IdBox::new(ev.id, channel, context, ps, IBV_QPT_RC));
+            // SAFETY: just made.
+            unsafe {
+                (*p).req_resources = (ev.param.responder_resources, ev.param.initiator_depth);
+            }
+            reg.ids.insert(ev.id, p as usize);
+            p
+        }
+    };
+    drop(reg);
+    // SAFETY: `id` is live (registered or just made).
+    unsafe { refresh(&mut *id, addrs, true) };
+    let private_data = ev.param.private_data.clone();
+    let b = leak(EventBox {
+        c: rdma_cm_event {
+            id: id.cast(),
+            listen_id: listen.cast(),
+            event: ev.event as rdma_cm_event_type,
+            status: ev.status,
+            param: rdma_cm_event_param {
+                conn: rdma_conn_param {
+                    private_data: std::ptr::null(),
+                    private_data_len: 0,
+                    responder_resources: ev.param.responder_resources,
+                    initiator_depth: ev.param.initiator_depth,
+                    flow_control: 0,
+                    retry_count: ev.param.retry_count,
+                    rnr_retry_count: ev.param.rnr_retry_count,
+                    srq: u8::from(ev.param.srq),
+                    qp_num: ev.param.qp_num,
+                },
+            },
+        },
+        event: ev,
+        private_data,
+    });
+    // SAFETY: `b` was just made; the Vec's buffer does not move while the box lives.
+    unsafe {
+        if !(*b).private_data.is_empty() {
+            (*b).c.param.conn.private_data = (*b).private_data.as_ptr().cast();
+            (*b).c.param.conn.private_data_len =
+                u8::try_from((*b).private_data.len()).unwrap_or(u8::MAX);
+        }
+    }
+    b
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    guard("rdma_ack_cm_event", -1, || {
+        let (Ok(r), false) = (rt(), event.is_null()) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: `event` came from `rdma_get_cm_event` and is acked once.
+        let b = unsafe { Box::from_raw(event.cast::<EventBox>()) };
+        let res = r.with(|n, _| n.split().0.ack_cm_event(b.event.clone()));
+        r.note_ack();
+        match res {
+            Ok(()) => 0,
+            Err(e) => fail(errno_of(&e)),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
+    guard("rdma_event_str", c"UNKNOWN EVENT".as_ptr(), || {
+        const NAMES: [&std::ffi::CStr; 19] = [
+            c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            c"RDMA_CM_EVENT_ADDR_ERROR",
+            c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            c"RDMA_CM_EVENT_ROUTE_ERROR",
+            c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            c"RDMA_CM_EVENT_CONNECT_ERROR",
+            c"RDMA_CM_EVENT_UNREACHABLE",
+            c"RDMA_CM_EVENT_REJECTED",
+            c"RDMA_CM_EVENT_ESTABLISHED",
+            c"RDMA_CM_EVENT_DISCONNECTED",
+            c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            c"RDMA_CM_EVENT_ADDR_CHANGE",
+            c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+            c"RDMA_CM_EVENT_ADDRINFO_RESOLVED",
+            c"RDMA_CM_EVENT_ADDRINFO_ERROR",
+            c"RDMA_CM_EVENT_USER",
+        ];
+        usize::try_from(event)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+    })
+}

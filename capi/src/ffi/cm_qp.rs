@@ -1,0 +1,183 @@
+//! librdmacm's QP calls on an id: `rdma_create_qp` (with the CQs librdmacm makes when given
+//! none), `rdma_create_qp_ex`, `rdma_destroy_qp`. Return convention: 0, or -1 with `errno`.
+
+use super::cm::idbox;
+use super::objects::IdBox;
+use super::qp::create_qp;
+use super::verbs::cm_pd;
+use super::{errno_of, fail, guard, rt, unsupported};
+use crate::abi::*;
+use cm_core::engine::QpAction;
+use libc::c_int;
+use std::ptr::null_mut;
+use verbs_core::AccessFlags;
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("rdma_create_qp", -1, || {
+        let (Ok(r), false) = (rt(), id.is_null() || qp_init_attr.is_null()) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: `id` is an id of this library; `qp_init_attr` is readable and writable
+        // (rdma_create_qp(3): the granted caps are written back).
+        let (b, attr) = unsafe { (idbox(id), &mut *qp_init_attr) };
+        if b.c.verbs.is_null() {
+            return fail(libc::EINVAL); // not bound to a device yet
+        }
+        let pd = if pd.is_null() {
+            match cm_pd() {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            }
+        } else {
+            pd
+        };
+        let mut a = *attr;
+        if a.send_cq.is_null() || a.recv_cq.is_null() {
+            match create_id_cqs(b, &a) {
+                Ok((s, rc)) => {
+                    a.send_cq = s;
+                    a.recv_cq = rc;
+                }
+                Err(e) => return fail(e),
+            }
+        }
+        // Make the QP, then let the CM move it to INIT and own it (librdmacm
+        // `rdma_create_qp_ex` → `ucma_init_conn_qp`).
+        let qp = match create_qp(pd, &a) {
+            Ok(qp) => qp,
+            Err(e) => return fail(e),
+        };
+        // SAFETY: `qp` was just made by this library.
+        let (qh, qpn) = unsafe { ((*qp).handle, (*qp).qp_num) };
+        let handle = verbs_core::Qp {
+            handle: verbs_core::QpHandle(qh),
+            qp_num: qpn,
+        };
+        let h = b.handle;
+        let res = r.with(|n, _| {
+            let (cm, dev) = n.split();
+            cm.attach_qp(h, handle)?;
+            let (attr, mask) = QpAction::init(AccessFlags::empty()).attr_mask();
+            verbs_core::Device::modify_qp(dev, handle.handle, &attr, mask).inspect_err(|_| {
+                let _ = cm.detach_qp(h);
+            })
+        });
+        if let Err(e) = res {
+            // SAFETY: `qp` is ours and unused.
+            unsafe { super::qp::ibv_destroy_qp(qp) };
+            return fail(errno_of(&e));
+        }
+        // SAFETY: `qp` is live.
+        unsafe { (*qp).state = IBV_QPS_INIT };
+        b.c.qp = qp;
+        b.c.pd = pd;
+        attr.send_cq = a.send_cq;
+        attr.recv_cq = a.recv_cq;
+        0
+    })
+}
+
+/// The CQs (and their completion channels) librdmacm makes when `rdma_create_qp` is given
+/// none (`ucma_create_cqs`): one pair per direction, sized by the WR counts.
+fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *mut ibv_cq), i32> {
+    let ctx = b.c.verbs;
+    let make = |entries: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
+        // SAFETY: `ctx` is the id's live context.
+        let ch = unsafe { super::cq::ibv_create_comp_channel(ctx) };
+        if ch.is_null() {
+            return Err(nix::errno::Errno::last_raw());
+        }
+        // SAFETY: as above; `ch` was just made.
+        let cq =
+            unsafe { super::cq::ibv_create_cq(ctx, entries.max(1) as c_int, null_mut(), ch, 0) };
+        if cq.is_null() {
+            let e = nix::errno::Errno::last_raw();
+            // SAFETY: `ch` is ours and has no CQ.
+            unsafe { super::cq::ibv_destroy_comp_channel(ch) };
+            return Err(e);
+        }
+        Ok((ch, cq))
+    };
+    let (rch, rcq) = make(a.cap.max_recv_wr)?;
+    let (sch, scq) = make(a.cap.max_send_wr)?;
+    b.c.recv_cq_channel = rch;
+    b.c.recv_cq = rcq;
+    b.c.send_cq_channel = sch;
+    b.c.send_cq = scq;
+    b.own_cqs = true;
+    Ok((scq, rcq))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    guard("rdma_create_qp_ex", -1, || {
+        if attr.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: `attr` is a readable `ibv_qp_init_attr_ex` (rdma_create_qp_ex(3)).
+        let a = unsafe { &mut *attr };
+        let known = IBV_QP_INIT_ATTR_PD;
+        if a.comp_mask & !known != 0 {
+            return fail(unsupported("rdma_create_qp_ex with extended attributes"));
+        }
+        let mut plain = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
+            a.pd
+        } else {
+            null_mut()
+        };
+        // SAFETY: forwarding the caller's pointers.
+        let r = unsafe { rdma_create_qp(id, pd, &mut plain) };
+        a.send_cq = plain.send_cq;
+        a.recv_cq = plain.recv_cq;
+        r
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    guard("rdma_destroy_qp", (), || {
+        let (Ok(r), false) = (rt(), id.is_null()) else {
+            return;
+        };
+        // SAFETY: `id` is an id of this library.
+        let b = unsafe { idbox(id) };
+        let h = b.handle;
+        r.with(|n, _| n.split().0.detach_qp(h)).ok();
+        if !b.c.qp.is_null() {
+            // SAFETY: the id's QP, made by `rdma_create_qp`.
+            unsafe { super::qp::ibv_destroy_qp(b.c.qp) };
+            b.c.qp = null_mut();
+        }
+        if b.own_cqs {
+            // SAFETY: the CQs and channels `rdma_create_qp` made for this id, now unused.
+            unsafe {
+                super::cq::ibv_destroy_cq(b.c.send_cq);
+                super::cq::ibv_destroy_cq(b.c.recv_cq);
+                super::cq::ibv_destroy_comp_channel(b.c.send_cq_channel);
+                super::cq::ibv_destroy_comp_channel(b.c.recv_cq_channel);
+            }
+            b.c.send_cq = null_mut();
+            b.c.recv_cq = null_mut();
+            b.c.send_cq_channel = null_mut();
+            b.c.recv_cq_channel = null_mut();
+            b.own_cqs = false;
+        }
+    })
+}

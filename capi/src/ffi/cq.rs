@@ -1,0 +1,248 @@
+//! Completion channels and CQs: create/destroy, `ibv_get_cq_event`/`ibv_ack_cq_events`, and
+//! the two CQ calls `<infiniband/verbs.h>` inlines through `context->ops` (`ibv_poll_cq`,
+//! `ibv_req_notify_cq`). Return conventions as in [`super::verbs`].
+
+use super::convert::*;
+use super::objects::{leak, registry, CompChannelBox};
+use super::{errno_of, fail, fail_null, guard, rt};
+use crate::abi::*;
+use crate::runtime::wait_token;
+use libc::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::Arc;
+use verbs_core::{CqHandle, Device, WorkCompletion};
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", null_mut(), || {
+        let r = match rt() {
+            Ok(r) => r,
+            Err(e) => return fail_null(e),
+        };
+        let made = r.with(|n, _| {
+            n.add_comp_channel()
+                .map(|(num, cs)| (num, cs.signal.raw_fd(), cs.signal.ends()))
+        });
+        match made {
+            Ok((num, raw, fd)) => leak(CompChannelBox {
+                c: ibv_comp_channel {
+                    context,
+                    fd: raw,
+                    refcnt: 0,
+                },
+                num,
+                fd,
+            })
+            .cast(),
+            Err(e) => fail_null(e.raw_os_error().unwrap_or(libc::EMFILE)),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", libc::EIO, || {
+        let (Ok(r), false) = (rt(), channel.is_null()) else {
+            return libc::EINVAL;
+        };
+        let b = channel.cast::<CompChannelBox>();
+        // SAFETY: `channel` came from `ibv_create_comp_channel` (a `CompChannelBox`).
+        let (num, refcnt) = unsafe { ((*b).num, (*b).c.refcnt) };
+        if refcnt > 0 {
+            return libc::EBUSY; // CQs still report to it (libibverbs)
+        }
+        r.with(|n, _| n.comp.remove(&num));
+        // SAFETY: as above; freed once.
+        drop(unsafe { Box::from_raw(b) });
+        0
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", null_mut(), || {
+        let r = match rt() {
+            Ok(r) => r,
+            Err(e) => return fail_null(e),
+        };
+        let Ok(cqe) = u32::try_from(cqe) else {
+            return fail_null(libc::EINVAL);
+        };
+        let num = (!channel.is_null()).then(|| {
+            // SAFETY: a non-NULL channel came from `ibv_create_comp_channel`.
+            unsafe { (*channel.cast::<CompChannelBox>()).num }
+        });
+        let made = r.with(|n, _| {
+            let ch = num
+                .and_then(|k| n.comp.get(&k))
+                .map(|cs| cs.channel.clone());
+            n.dev().create_cq(cqe, ch.as_ref())
+        });
+        match made {
+            Ok(h) => {
+                if !channel.is_null() {
+                    // SAFETY: as above; the count makes destroying the channel EBUSY.
+                    unsafe { (*channel).refcnt += 1 };
+                }
+                let cq = leak(ibv_cq {
+                    context,
+                    channel,
+                    cq_context,
+                    handle: h.0,
+                    cqe: cqe as c_int,
+                    // SAFETY: all-zero is the static initializer of both on glibc.
+                    mutex: unsafe { std::mem::zeroed() },
+                    // SAFETY: as above.
+                    cond: unsafe { std::mem::zeroed() },
+                    comp_events_completed: 0,
+                    async_events_completed: 0,
+                });
+                registry().cqs.insert(h.0, cq as usize);
+                cq
+            }
+            Err(e) => fail_null(errno_of(&e)),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", libc::EIO, || {
+        let (Ok(r), false) = (rt(), cq.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: `cq` came from `ibv_create_cq` and is not yet destroyed.
+        let (h, channel) = unsafe { ((*cq).handle, (*cq).channel) };
+        match r.with(|n, _| n.dev().destroy_cq(CqHandle(h))) {
+            Ok(()) => {
+                registry().cqs.remove(&h);
+                if !channel.is_null() {
+                    // SAFETY: the CQ's channel outlives it (its refcnt held it).
+                    unsafe { (*channel).refcnt -= 1 };
+                }
+                // SAFETY: as above; freed once.
+                drop(unsafe { Box::from_raw(cq) });
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", -1, || {
+        let (Ok(r), false) = (rt(), channel.is_null() || cq.is_null()) else {
+            return fail(libc::EINVAL);
+        };
+        let b = channel.cast::<CompChannelBox>();
+        // SAFETY: `channel` came from `ibv_create_comp_channel`; the Arc keeps the descriptors
+        // alive while this thread waits outside every lock.
+        let (num, fd) = unsafe { ((*b).num, Arc::clone(&(*b).fd)) };
+        loop {
+            if let Err(e) = wait_token(&fd) {
+                return fail(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+            let got = r.with(|n, _| {
+                let cs = n.comp.get_mut(&num)?;
+                cs.signal.claimed();
+                cs.channel.try_get_cq_event().ok()
+            });
+            let Some(h) = got else { continue };
+            let Some(&p) = registry().cqs.get(&h.0) else {
+                continue; // the CQ was destroyed meanwhile
+            };
+            let p = p as *mut ibv_cq;
+            // SAFETY: `cq`/`cq_context` are writable out-parameters; `p` is a live CQ.
+            unsafe {
+                *cq = p;
+                if !cq_context.is_null() {
+                    *cq_context = (*p).cq_context;
+                }
+            }
+            return 0;
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: libc::c_uint) {
+    guard("ibv_ack_cq_events", (), || {
+        if !cq.is_null() {
+            // SAFETY: a live CQ; only the application's event thread writes this counter.
+            unsafe {
+                (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents)
+            };
+        }
+    })
+}
+
+/// `context->ops.req_notify_cq` (`ibv_req_notify_cq` is inline in verbs.h).
+pub(super) unsafe extern "C" fn rnic_req_notify_cq(
+    cq: *mut ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    guard("ibv_req_notify_cq", libc::EIO, || {
+        let (Ok(r), false) = (rt(), cq.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a live CQ of this library.
+        let h = CqHandle(unsafe { (*cq).handle });
+        match r.with_quiet(|n, _| n.dev().req_notify_cq(h, solicited_only != 0)) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+thread_local! {
+    static WC_BUF: std::cell::RefCell<Vec<WorkCompletion>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `context->ops.poll_cq` (`ibv_poll_cq` is inline in verbs.h): up to `num_entries`
+/// completions into `wc`; the count, or a negative errno.
+pub(super) unsafe extern "C" fn rnic_poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    guard("ibv_poll_cq", -libc::EIO, || {
+        let (Ok(r), false) = (rt(), cq.is_null()) else {
+            return -libc::EINVAL;
+        };
+        let Ok(max) = usize::try_from(num_entries) else {
+            return -libc::EINVAL;
+        };
+        if max > 0 && wc.is_null() {
+            return -libc::EINVAL;
+        }
+        // SAFETY: a live CQ of this library.
+        let h = CqHandle(unsafe { (*cq).handle });
+        WC_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.clear();
+            match r.with_quiet(|n, _| n.dev().poll_cq(h, max, &mut buf)) {
+                Ok(_) => {
+                    for (i, w) in buf.iter().enumerate().take(max) {
+                        // SAFETY: `wc` holds `num_entries` writable entries (ibv_poll_cq(3)).
+                        unsafe { wc.add(i).write(wc_to_c(w)) };
+                    }
+                    buf.len().min(max) as c_int
+                }
+                Err(e) => -errno_of(&e),
+            }
+        })
+    })
+}

@@ -1,0 +1,379 @@
+//! QPs and address handles: create/modify/query/destroy, and the posting calls
+//! `<infiniband/verbs.h>` inlines through `context->ops` (`ibv_post_send`, `ibv_post_recv`,
+//! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
+
+use super::convert::*;
+use super::objects::{leak, AhBox};
+use super::{errno_of, fail_null, guard, rt, unsupported};
+use crate::abi::*;
+use libc::c_int;
+use std::ptr::null_mut;
+use verbs_core::{
+    AtomicWr, CqHandle, Device, PdHandle, Qp, QpHandle, QpInitAttr, RdmaWr, RecvWr, SendFlags,
+    SendWr, Sge, UdWr, WrOpcode,
+};
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp", null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return fail_null(libc::EINVAL);
+        }
+        // SAFETY: `attr` is a readable `struct ibv_qp_init_attr` (ibv_create_qp(3)).
+        let a = unsafe { &*attr };
+        match create_qp(pd, a) {
+            Ok(qp) => qp,
+            Err(e) => fail_null(e),
+        }
+    })
+}
+
+/// Creates a QP of `pd` as `ibv_create_qp` does; also the body of `rdma_create_qp`.
+pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ibv_qp, i32> {
+    let r = rt()?;
+    if !a.srq.is_null() {
+        return Err(unsupported("ibv_create_qp with an SRQ"));
+    }
+    if a.send_cq.is_null() || a.recv_cq.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let qp_type = qp_type_from_c(a.qp_type).map_err(|e| errno_of(&e))?;
+    // SAFETY: `pd` and both CQs came from this library and are live.
+    let (context, pdh, scq, rcq) = unsafe {
+        (
+            (*pd).context,
+            PdHandle((*pd).handle),
+            CqHandle((*a.send_cq).handle),
+            CqHandle((*a.recv_cq).handle),
+        )
+    };
+    let init = QpInitAttr {
+        send_cq: scq,
+        recv_cq: rcq,
+        cap: cap_from_c(&a.cap),
+        qp_type,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let qp = r
+        .with(|n, _| n.dev().create_qp(pdh, &init))
+        .map_err(|e| errno_of(&e))?;
+    Ok(leak_qp(context, pd, a, qp))
+}
+
+/// The `struct ibv_qp` of a created QP.
+pub(super) fn leak_qp(
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    a: &ibv_qp_init_attr,
+    qp: Qp,
+) -> *mut ibv_qp {
+    leak(ibv_qp {
+        context,
+        qp_context: a.qp_context,
+        pd,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: null_mut(),
+        handle: qp.handle.0,
+        qp_num: qp.qp_num,
+        state: IBV_QPS_RESET,
+        qp_type: a.qp_type,
+        // SAFETY: all-zero is the static initializer of both on glibc.
+        mutex: unsafe { std::mem::zeroed() },
+        // SAFETY: as above.
+        cond: unsafe { std::mem::zeroed() },
+        events_completed: 0,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    guard("ibv_modify_qp", libc::EIO, || {
+        let (Ok(r), false) = (rt(), qp.is_null() || attr.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: `attr` is a readable `struct ibv_qp_attr` (ibv_modify_qp(3)).
+        let (a, m) = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
+            Ok(v) => v,
+            Err(e) => return errno_of(&e),
+        };
+        // SAFETY: a live QP of this library.
+        let h = QpHandle(unsafe { (*qp).handle });
+        match r.with(|n, _| n.dev().modify_qp(h, &a, m)) {
+            Ok(()) => {
+                if m.contains(verbs_core::QpAttrMask::STATE) {
+                    // SAFETY: as above (libibverbs keeps `qp->state` in step the same way).
+                    unsafe { (*qp).state = a.qp_state as _ };
+                }
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("ibv_query_qp", libc::EIO, || {
+        let (Ok(r), false) = (rt(), qp.is_null() || attr.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a live QP of this library.
+        let h = QpHandle(unsafe { (*qp).handle });
+        match r.with(|n, _| n.device().query_qp(h)) {
+            Ok((a, init)) => {
+                // SAFETY: `attr` (and a non-NULL `init_attr`) are writable (ibv_query_qp(3));
+                // `qp`'s pointers are the ones it was created with.
+                unsafe {
+                    qp_attr_to_c(&a, &mut *attr);
+                    (*qp).state = a.qp_state as _;
+                    if !init_attr.is_null() {
+                        *init_attr = ibv_qp_init_attr {
+                            qp_context: (*qp).qp_context,
+                            send_cq: (*qp).send_cq,
+                            recv_cq: (*qp).recv_cq,
+                            srq: null_mut(),
+                            cap: cap_to_c(&init.cap),
+                            qp_type: (*qp).qp_type,
+                            sq_sig_all: c_int::from(init.sq_sig_all),
+                        };
+                    }
+                }
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard("ibv_destroy_qp", libc::EIO, || {
+        let (Ok(r), false) = (rt(), qp.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a live QP of this library.
+        let h = QpHandle(unsafe { (*qp).handle });
+        match r.with(|n, _| n.dev().destroy_qp(h)) {
+            Ok(()) => {
+                // SAFETY: as above; freed once.
+                drop(unsafe { Box::from_raw(qp) });
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// The SGEs of a WR.
+///
+/// # Safety
+/// `sg_list` points to `num_sge` readable `struct ibv_sge` (or `num_sge` is 0).
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, i32> {
+    let n = usize::try_from(num_sge).map_err(|_| libc::EINVAL)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if sg_list.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { std::slice::from_raw_parts(sg_list, n) };
+    Ok(s.iter()
+        .map(|g| Sge {
+            addr: g.addr,
+            length: g.length,
+            lkey: g.lkey,
+        })
+        .collect())
+}
+
+/// One `struct ibv_send_wr` as a [`SendWr`].
+///
+/// # Safety
+/// `w` is a readable WR whose `sg_list` and (on a UD QP, `ud`) `wr.ud.ah` are valid.
+unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, i32> {
+    let opcode = u8::try_from(w.opcode)
+        .ok()
+        .and_then(WrOpcode::from_raw)
+        .ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's contract.
+    let sg_list = unsafe { sges(w.sg_list, w.num_sge)? };
+    let mut wr = SendWr::send(w.wr_id, sg_list);
+    wr.opcode = opcode;
+    wr.send_flags = SendFlags::from_bits_truncate(w.send_flags);
+    // SAFETY: the immediate union is two u32 views of the same 4 bytes.
+    wr.imm_data = unsafe { w.ex.imm_data };
+    // SAFETY: `wr` is a union of plain-data structs; the opcode says which one the
+    // application filled, and each read below is of that one (an unused view reads
+    // whatever bytes are there, all valid integers or a pointer not dereferenced).
+    unsafe {
+        match opcode {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
+                wr.rdma = RdmaWr {
+                    remote_addr: w.wr.rdma.remote_addr,
+                    rkey: w.wr.rdma.rkey,
+                };
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                wr.atomic = AtomicWr {
+                    remote_addr: w.wr.atomic.remote_addr,
+                    compare_add: w.wr.atomic.compare_add,
+                    swap: w.wr.atomic.swap,
+                    rkey: w.wr.atomic.rkey,
+                };
+            }
+            // Only a UD QP's SEND carries an address handle; an RC SEND leaves `wr` as it was.
+            WrOpcode::Send | WrOpcode::SendWithImm if ud => {
+                let ah = w.wr.ud.ah;
+                if !ah.is_null() {
+                    wr.ud = UdWr {
+                        ah: (*ah.cast::<AhBox>()).attr,
+                        remote_qpn: w.wr.ud.remote_qpn,
+                        remote_qkey: w.wr.ud.remote_qkey,
+                    };
+                }
+            }
+            WrOpcode::Send | WrOpcode::SendWithImm => {}
+        }
+    }
+    Ok(wr)
+}
+
+/// `context->ops.post_send` (`ibv_post_send` is inline in verbs.h).
+pub(super) unsafe extern "C" fn rnic_post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard("ibv_post_send", libc::EIO, || {
+        let (Ok(r), false) = (rt(), qp.is_null()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a live QP of this library.
+        let ud = unsafe { (*qp).qp_type } == IBV_QPT_UD;
+        let mut ptrs = Vec::new();
+        let mut wrs = Vec::new();
+        let mut p = wr;
+        while !p.is_null() {
+            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_send(3)).
+            let w = unsafe { &*p };
+            // SAFETY: same contract for its SGEs and AH.
+            match unsafe { send_wr(w, ud) } {
+                Ok(s) => wrs.push(s),
+                Err(e) => return set_bad(bad_wr, p, e),
+            }
+            ptrs.push(p);
+            p = w.next;
+        }
+        // SAFETY: a live QP of this library.
+        let h = QpHandle(unsafe { (*qp).handle });
+        match r.with(|n, _| n.dev().post_send(h, &wrs)) {
+            Ok(()) => 0,
+            Err(pe) => set_bad(
+                bad_wr,
+                ptrs.get(pe.bad_wr).copied().unwrap_or(wr),
+                errno_of(&pe.error),
+            ),
+        }
+    })
+}
+
+/// Stores the failing WR in `*bad_wr` (when given) and returns `e`.
+fn set_bad<T>(bad_wr: *mut *mut T, wr: *mut T, e: i32) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: `bad_wr` is a writable out-parameter (ibv_post_send(3)).
+        unsafe { *bad_wr = wr };
+    }
+    e
+}
+
+/// `context->ops.post_recv` (`ibv_post_recv` is inline in verbs.h).
+pub(super) unsafe extern "C" fn rnic_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_recv", libc::EIO, || {
+        let (Ok(r), false) = (rt(), qp.is_null()) else {
+            return libc::EINVAL;
+        };
+        let mut ptrs = Vec::new();
+        let mut wrs = Vec::new();
+        let mut p = wr;
+        while !p.is_null() {
+            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
+            let w = unsafe { &*p };
+            // SAFETY: same contract for its SGEs.
+            match unsafe { sges(w.sg_list, w.num_sge) } {
+                Ok(sg_list) => wrs.push(RecvWr {
+                    wr_id: w.wr_id,
+                    sg_list,
+                }),
+                Err(e) => return set_bad(bad_wr, p, e),
+            }
+            ptrs.push(p);
+            p = w.next;
+        }
+        // SAFETY: a live QP of this library.
+        let h = QpHandle(unsafe { (*qp).handle });
+        match r.with(|n, _| n.dev().post_recv(h, &wrs)) {
+            Ok(()) => 0,
+            Err(pe) => set_bad(
+                bad_wr,
+                ptrs.get(pe.bad_wr).copied().unwrap_or(wr),
+                errno_of(&pe.error),
+            ),
+        }
+    })
+}
+
+/// `context->ops.post_srq_recv`: no SRQs (they cannot be created).
+pub(super) unsafe extern "C" fn rnic_post_srq_recv(
+    _srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_srq_recv", libc::EIO, || {
+        set_bad(bad_wr, wr, unsupported("ibv_post_srq_recv"))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard("ibv_create_ah", null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return fail_null(libc::EINVAL);
+        }
+        // SAFETY: `pd` is live; `attr` is a readable `struct ibv_ah_attr`.
+        let b = unsafe { AhBox::new(pd, (*pd).context, &*attr) };
+        if !b.attr.is_global {
+            return fail_null(libc::EINVAL); // RoCE: an address vector needs a GRH
+        }
+        leak(b).cast()
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard("ibv_destroy_ah", libc::EIO, || {
+        if ah.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `ah` came from `ibv_create_ah` (an `AhBox`); freed once.
+        drop(unsafe { Box::from_raw(ah.cast::<AhBox>()) });
+        0
+    })
+}

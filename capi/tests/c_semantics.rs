@@ -1,0 +1,418 @@
+//! The C API's semantics, from C: small programs under `tests/c/`, compiled with `cc` against
+//! rdma-core's installed headers and run with `LD_PRELOAD=librnic.so`, check what real programs
+//! (perftest, rping, ucmatose, qperf in `tests/tests/capi_programs.rs`) rely on without pinning
+//! down — return conventions, file-descriptor channels, flushes, memory, teardown order — each
+//! against what rdma-core and Linux do (the C sources cite the lines).
+//!
+//! * `verbs_basics.c`: one device `rnic0` (or `RNIC_DEVICE`); port 1 ACTIVE, Ethernet; GID 0
+//!   is the IPv4-mapped `RNIC_ADDR`, GID 5 is -1/EINVAL; `ibv_dealloc_pd` of a PD with an MR
+//!   is EBUSY; unknown access bits are EINVAL, RELAXED_ORDERING is accepted; RESET→RTS is
+//!   EINVAL; `ibv_post_send` on a RESET QP is EINVAL with `*bad_wr` the first WR;
+//!   `ibv_create_srq` is NULL/EOPNOTSUPP.
+//! * `comp_channel.c`: an O_NONBLOCK completion channel gives EAGAIN, `poll()` sees the event
+//!   of an armed CQ (SEND between two loopback RC QPs of one device), `ibv_get_cq_event`
+//!   returns the CQ and its `cq_context`, one event per arm; destroying a channel a CQ uses is
+//!   EBUSY.
+//! * `flush.c`: to ERR, N posted receives complete with FLUSH_ERR in post order, no more; a
+//!   SEND or RECV posted in ERR is flushed too (rxe).
+//! * `user_memory.c`: an RDMA WRITE lands in the peer's malloc'd buffer, exactly on its range;
+//!   an RDMA READ returns what the application stored after registration; out of range is
+//!   REM_ACCESS_ERR.
+//! * `cm_channel.c`: an O_NONBLOCK event channel gives EAGAIN; `rdma_resolve_addr` makes the
+//!   fd readable with ADDR_RESOLVED (status 0); `rdma_destroy_id` blocks until another thread
+//!   acks the id's event; a NULL channel (synchronous id) is EOPNOTSUPP (documented).
+//! * `cm_listen_unbound.c`: `rdma_listen` on an unbound id binds it to INADDR_ANY and a free
+//!   port, as Linux does.
+//! * `cm_id_event_field.c`: `id->event` of an id with a channel stays NULL, as librdmacm sets
+//!   it only for synchronous ids.
+//! * `cm_teardown.c` (two processes, fork before the first RDMA call): the client's
+//!   `rdma_disconnect` puts its QP in ERR; the server gets DISCONNECTED with its QP still RTS,
+//!   its own `rdma_disconnect` flushes its 4 receives; the client gets DISCONNECTED; both get
+//!   TIMEWAIT_EXIT (status 0), as librdmacm passes it through.
+//!
+//! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
+//! a test asserts the exit status and the exact set of `OK` lines, kills the program after
+//! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
+//! (N in 40..59; the forked client takes 127.0.N.2), so they run in parallel.
+//!
+//! Run:
+//!
+//!     cargo test -p rnic-capi --test c_semantics
+//!     cargo test -p rnic-capi --test c_semantics flush -- --nocapture   # one, with timings
+//!
+//! The compiled programs stay in `target/tmp/c_semantics/`; rerun one by hand with the
+//! command a failure prints (`LD_PRELOAD=… RNIC_ADDR=… PROGRAM`).
+//!
+//! Environment:
+//! * `RNIC_REQUIRE_RDMA_HEADERS=1` (CI): missing `libibverbs-dev`/`librdmacm-dev` headers fail
+//!   the tests instead of printing `SKIP`;
+//! * `RNIC_LIB`: the `librnic.so` to preload, instead of the one cargo built beside this test
+//!   (`target/<profile>/deps/librnic.so` or `target/<profile>/librnic.so`);
+//! * `RNIC_DEVICE`, `RUST_LOG`: passed through to the programs (the device name check follows
+//!   `RNIC_DEVICE`); `RNIC_DROP_RATE`, `RNIC_PORT` and `RNIC_FAST_TIMERS` are not (the tests
+//!   set what they need).
+
+// A driver of real processes: the wall clock for the deadline, threads to drain their pipes.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The headers the programs include, by package: their absence means "not installed".
+const HEADERS: [(&str, &str); 2] = [
+    ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+    ("/usr/include/rdma/rdma_cma.h", "librdmacm-dev"),
+];
+
+/// A program still running after this is killed (with its forked child) and the test fails.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Variables of the caller's environment that would change what the programs check.
+const CLEARED_ENV: [&str; 4] = [
+    "RNIC_ADDR",
+    "RNIC_DROP_RATE",
+    "RNIC_PORT",
+    "RNIC_FAST_TIMERS",
+];
+
+fn headers_missing() -> Option<String> {
+    let missing: Vec<String> = HEADERS
+        .iter()
+        .filter(|(header, _)| !Path::new(header).exists())
+        .map(|(header, package)| format!("{header} ({package})"))
+        .collect();
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+/// False (after printing `SKIP`) when the headers are missing and that is allowed.
+fn can_run(test: &str) -> bool {
+    let Some(missing) = headers_missing() else {
+        return true;
+    };
+    assert!(
+        std::env::var("RNIC_REQUIRE_RDMA_HEADERS").as_deref() != Ok("1"),
+        "RNIC_REQUIRE_RDMA_HEADERS=1 but the rdma-core headers are missing: {missing}"
+    );
+    println!("SKIP {test}: libibverbs-dev/librdmacm-dev not installed (missing {missing})");
+    false
+}
+
+/// `librnic.so`: `RNIC_LIB`, else the cdylib cargo built with this test.
+fn librnic() -> PathBuf {
+    if let Some(lib) = std::env::var_os("RNIC_LIB") {
+        return PathBuf::from(lib);
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    // target/<profile>/deps/c_semantics-HASH → target/<profile>/deps, target/<profile>
+    let deps = exe
+        .parent()
+        .unwrap_or_else(|| panic!("{} has no parent directory", exe.display()));
+    let candidates: Vec<PathBuf> = [Some(deps), deps.parent()]
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join("librnic.so"))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "librnic.so not found (looked at {}); build it with `cargo build -p rnic-capi` \
+                 or set RNIC_LIB",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// Compiles `tests/c/<name>.c` into the test's scratch directory; returns the executable.
+fn compile(name: &str) -> PathBuf {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let source = src_dir.join(format!("{name}.c"));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_semantics");
+    std::fs::create_dir_all(&out_dir)
+        .unwrap_or_else(|e| panic!("create {}: {e}", out_dir.display()));
+    let binary = out_dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-I"])
+        .arg(&src_dir)
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .args(["-libverbs", "-lrdmacm", "-lpthread"])
+        .output()
+        .unwrap_or_else(|e| panic!("run cc (gcc is needed for the C semantics tests): {e}"));
+    assert!(
+        cc.status.success(),
+        "cc failed on {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    binary
+}
+
+/// What a program did.
+struct Outcome {
+    command: String,
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Outcome {
+    /// Both outputs and how it ended, for a failure message.
+    fn report(&self) -> String {
+        let ended = match self.status {
+            Some(s) => format!("{s}"),
+            None => format!("killed after {TIMEOUT:?} (timeout)"),
+        };
+        format!(
+            "{}\n  ended: {ended} after {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.command, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Reads a pipe to the end on a thread of its own.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut p) = pipe {
+            let mut bytes = Vec::new();
+            let _ = p.read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+        text
+    })
+}
+
+/// Runs `binary` on RNIC address 127.0.`net`.1 with `env`, in a process group of its own
+/// (killed whole at the deadline, forked client included).
+fn run(binary: &Path, net: u8, env: &[(&str, &str)]) -> Outcome {
+    use std::os::unix::process::CommandExt;
+
+    let lib = librnic();
+    let addr = format!("127.0.{net}.1");
+    let mut cmd = Command::new(binary);
+    for var in CLEARED_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env("LD_PRELOAD", &lib).env("RNIC_ADDR", &addr);
+    let mut shown = format!("LD_PRELOAD={} RNIC_ADDR={addr}", lib.display());
+    for (k, v) in env {
+        cmd.env(k, v);
+        shown.push_str(&format!(" {k}={v}"));
+    }
+    let command = format!("{shown} {}", binary.display());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command}: {e}"));
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() >= TIMEOUT => {
+                // The whole group: a forked client would keep the pipes open.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("wait for {command}: {e}"),
+        }
+    };
+    let elapsed = start.elapsed();
+    Outcome {
+        command,
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        elapsed,
+    }
+}
+
+/// Compiles and runs `tests/c/<name>.c` on network `net` and requires exit status 0, no `FAIL`
+/// line and exactly the `OK` lines `expected`.
+fn check(name: &str, net: u8, env: &[(&str, &str)], expected: &[&str]) {
+    if !can_run(name) {
+        return;
+    }
+    let binary = compile(name);
+    let outcome = run(&binary, net, env);
+    let report = outcome.report();
+    let fails: Vec<&str> = outcome
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .collect();
+    assert!(fails.is_empty(), "{name}: {}\n{report}", fails.join("\n  "));
+    assert!(
+        outcome.status.is_some_and(|s| s.success()),
+        "{name} did not exit with status 0\n{report}"
+    );
+    let got: BTreeSet<&str> = outcome
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("OK "))
+        .collect();
+    let want: BTreeSet<&str> = expected.iter().copied().collect();
+    assert_eq!(
+        got, want,
+        "{name}: the OK lines differ from the expected checks\n{report}"
+    );
+    println!("{name}: {} checks OK in {:?}", want.len(), outcome.elapsed);
+}
+
+#[test]
+fn verbs_device_and_error_returns() {
+    check(
+        "verbs_basics",
+        40,
+        &[],
+        &[
+            "device_list",
+            "query_port",
+            "query_gid",
+            "query_gid_bad_index",
+            "dealloc_pd_busy",
+            "reg_mr_unknown_access_bit",
+            "reg_mr_relaxed_ordering",
+            "reg_mr_remote_write_needs_local_write",
+            "modify_qp_reset_to_rts",
+            "post_send_in_reset",
+            "create_srq_unsupported",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn completion_channel_fd() {
+    check(
+        "comp_channel",
+        41,
+        &[],
+        &[
+            "get_cq_event_nonblocking_eagain",
+            "fd_not_readable_before_event",
+            "fd_readable_after_completion",
+            "get_cq_event_returns_cq_and_context",
+            "one_event_per_arm",
+            "destroy_channel_in_use_ebusy",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn flush_on_err() {
+    check(
+        "flush",
+        42,
+        &[],
+        &[
+            "recvs_flushed_in_order",
+            "send_after_err_flushed",
+            "recv_after_err_flushed",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn rdma_on_user_memory() {
+    check(
+        "user_memory",
+        43,
+        &[],
+        &[
+            "rdma_write_lands_in_user_buffer",
+            "rdma_read_sees_application_stores",
+            "rdma_write_outside_region_fails",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn cm_event_channel_and_destroy() {
+    check(
+        "cm_channel",
+        44,
+        &[],
+        &[
+            "get_cm_event_nonblocking_eagain",
+            "create_id_null_channel_unsupported",
+            "resolve_addr_event_through_poll",
+            "destroy_id_waits_for_ack",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn cm_listen_on_unbound_id() {
+    check(
+        "cm_listen_unbound",
+        45,
+        &[],
+        &["listen_unbound_binds_any", "teardown"],
+    );
+}
+
+#[test]
+fn cm_id_event_field_of_async_id() {
+    check(
+        "cm_id_event_field",
+        47,
+        &[],
+        &[
+            "event_field_null_while_unacked",
+            "event_field_null_after_ack",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn cm_teardown_two_processes() {
+    check(
+        "cm_teardown",
+        46,
+        &[("RNIC_FAST_TIMERS", "1")],
+        &[
+            "server_listen",
+            "server_accept",
+            "client_connect",
+            "server_recvs_posted",
+            "client_disconnect_moves_qp_to_err",
+            "server_disconnected_event",
+            "server_qp_still_rts_after_disconnected",
+            "server_disconnect_flushes_recvs",
+            "client_disconnected_event",
+            "server_timewait_exit",
+            "client_timewait_exit",
+            "server_teardown",
+            "client_teardown",
+            "client_exit_status",
+        ],
+    );
+}
