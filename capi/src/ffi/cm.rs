@@ -128,12 +128,16 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
             }
             res
         });
-        match res {
-            // SAFETY: as above; freed once, after the CM forgot it.
-            Ok(()) => drop(unsafe { Box::from_raw(b) }),
-            // librdmacm frees it regardless; keeping it alive is the safe choice while ids
-            // still report to it.
-            Err(e) => tracing::warn!("rdma_destroy_event_channel: {e} (channel kept)"),
+        // The box is never freed (a few bytes and its two descriptors per destroyed
+        // channel): a thread of the application may still be inside, or about to enter,
+        // `rdma_get_cm_event` on it — rping's CM thread acks the event `rdma_destroy_id` waits
+        // for and calls `rdma_get_cm_event` again while `main` destroys the channel. With the
+        // kernel's channel that thread sleeps in `read` for good; here it does too
+        // (`rdma_get_cm_event` on a destroyed channel never returns) instead of reading freed
+        // memory.
+        if let Err(e) = res {
+            // librdmacm closes it regardless; ids still report to it here.
+            tracing::warn!("rdma_destroy_event_channel: {e} (channel kept)");
         }
     })
 }

@@ -27,6 +27,13 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         // alive while this thread waits outside every lock.
         let (ch, fd) = unsafe { ((*cb).handle, Arc::clone(&(*cb).fd)) };
         loop {
+            if !r.with_quiet(|n, _| n.cm_signals.contains_key(&ch)) {
+                // Destroyed (see `rdma_destroy_event_channel`): sleep for good, as a reader of
+                // the kernel's channel does once it is closed under it.
+                loop {
+                    std::thread::park();
+                }
+            }
             if let Err(e) = wait_token(&fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }

@@ -18,7 +18,9 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-/// The two ends: the application's (read) and the node's (write).
+/// The two ends: the application's (read) and the node's (write). Both close together, when
+/// the last holder drops them (closing only the node's end would make the application's end
+/// report end-of-file, readable, to a thread still polling it).
 #[derive(Debug)]
 pub struct Ends {
     app: OwnedFd,
