@@ -99,19 +99,21 @@ impl Signal {
 }
 
 /// Waits for and consumes one token: blocks while there is none, unless the application made
-/// the descriptor non-blocking (`EAGAIN` then). `EINTR` is retried.
+/// the descriptor non-blocking (`EAGAIN` then).
+///
+/// A signal that interrupts the wait ends it with `EINTR`, as it ends the `read(2)` inside
+/// libibverbs's `ibv_get_cq_event` and librdmacm's `rdma_get_cm_event` (unless the handler was
+/// installed with `SA_RESTART`, where the kernel restarts the call, here as there): qperf ends
+/// its timed tests with SIGALRM and relies on it.
 ///
 /// # Errors
-/// `EAGAIN` on a non-blocking descriptor with no token; another `recv(2)` error.
+/// `EAGAIN` on a non-blocking descriptor with no token; `EINTR`; another `recv(2)` error.
 pub fn wait_token(ends: &Ends) -> io::Result<()> {
     let mut byte = [0u8; 1];
-    loop {
-        match recv(ends.app.as_raw_fd(), &mut byte, MsgFlags::empty()) {
-            Ok(1) => return Ok(()),
-            Ok(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(io::Error::from(e)),
-        }
+    match recv(ends.app.as_raw_fd(), &mut byte, MsgFlags::empty()) {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(io::Error::from_raw_os_error(libc::EIO)),
+        Err(e) => Err(io::Error::from(e)),
     }
 }
 
