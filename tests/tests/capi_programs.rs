@@ -24,6 +24,7 @@
 //!   of printing `SKIP <test>: …`;
 //! * `RNIC_PROGRAM_TIMEOUT_SECS`: the deadline of one server/client run (default 60 s), after
 //!   which both are killed and the test fails with both commands and outputs;
+//! * `RNIC_PROGRAM_PARALLEL`: how many server/client pairs run at once (default 3);
 //! * `RNIC_LIB`: the librnic.so `rnic exec` preloads (default: the one cargo built beside
 //!   `rnic`);
 //! * `RUST_LOG`: passed to the programs (librnic.so's log, on their stderr). When unset, the

@@ -608,11 +608,49 @@ fn wait_ready(server: &mut Running, ready: Ready) -> Result<(), String> {
     }
 }
 
+/// How many pairs run at once ([`PARALLEL_ENV`], default 3). The test harness runs every test
+/// of a file on its own thread; a pair is four busy threads (two programs, each with the
+/// library's progress thread), and on a 2-core machine a dozen at once starve each other long
+/// enough to lose races the programs themselves leave open (perftest `-R` connects its data QP
+/// while its peer is still setting up the listener).
+pub const PARALLEL_ENV: &str = "RNIC_PROGRAM_PARALLEL";
+
+/// A slot among [`PARALLEL_ENV`] pairs, held while a pair runs.
+pub struct Slot;
+
+static SLOTS: (Mutex<usize>, std::sync::Condvar) = (Mutex::new(0), std::sync::Condvar::new());
+
+impl Slot {
+    /// Waits for a free slot.
+    pub fn take() -> Slot {
+        let max = std::env::var(PARALLEL_ENV)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(3);
+        let mut busy = SLOTS.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while *busy >= max {
+            busy = SLOTS.1.wait(busy).unwrap_or_else(PoisonError::into_inner);
+        }
+        *busy += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut busy = SLOTS.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *busy = busy.saturating_sub(1);
+        SLOTS.1.notify_one();
+    }
+}
+
 /// Runs the server, waits until it is ready, runs the client, and waits for both (the server
 /// is killed after the client if it stays). Panics, with both commands and both outputs, when
 /// the server is not ready in time or the run passes its deadline ([`program_timeout`]);
 /// exit statuses and outputs are left to the caller ([`PairOutcome::assert_success`]).
 pub fn run_pair(spec: &PairSpec) -> PairOutcome {
+    let _slot = Slot::take();
     let mut server_prog = spec.server.clone();
     let log_set = server_prog.env.iter().any(|(k, _)| k == "RUST_LOG")
         || std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty());
