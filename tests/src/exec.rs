@@ -11,26 +11,46 @@ use std::process::Command;
 /// The library's file name.
 pub const LIB_NAME: &str = "librnic.so";
 
-/// What `rnic exec` was asked for.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What `rnic exec` was asked for (its command line).
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
 pub struct ExecOptions {
-    /// `RNIC_ADDR`: the RNIC's IP (its GID); `None` lets the library take the first free
-    /// loopback address.
+    /// IP of this RNIC (its GID; RoCEv2 on UDP 4791 of it). Sets RNIC_ADDR; without it the
+    /// library takes the first free loopback address.
+    #[arg(long)]
     pub addr: Option<String>,
-    /// `RNIC_DEVICE`.
+    /// Device name (`ibv_devices`, `-d` of perftest). Sets RNIC_DEVICE.
+    #[arg(long)]
     pub device: Option<String>,
-    /// `RNIC_MTU`, bytes.
+    /// Active MTU in bytes (256, 512, 1024, 2048 or 4096). Sets RNIC_MTU.
+    #[arg(long, value_parser = crate::ping::cli::parse_mtu)]
     pub mtu: Option<u32>,
-    /// `RNIC_DROP_RATE`.
+    /// Drop each datagram, in either direction, with this probability. Sets RNIC_DROP_RATE.
+    #[arg(long, value_parser = parse_probability)]
     pub drop_rate: Option<f64>,
-    /// `RNIC_SEED`.
+    /// Seed of the drops and of the CM's identifiers (default: from the OS). Sets RNIC_SEED.
+    #[arg(long)]
     pub seed: Option<u64>,
-    /// `RNIC_FAST_TIMERS=1`.
+    /// Short CM and transport timers, as `ping --fast-timers`. Sets RNIC_FAST_TIMERS=1.
+    #[arg(long)]
     pub fast_timers: bool,
-    /// The library to preload; `None`: [`find_library`].
+    /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
+    #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
-    /// The program and its arguments.
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
     pub argv: Vec<OsString>,
+}
+
+fn parse_probability(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=1.0).contains(p))
+        .ok_or_else(|| format!("{s:?} is not a probability 0 … 1"))
 }
 
 /// Where `librnic.so` is: `$RNIC_LIB`, else beside the running executable (`target/<profile>/`,

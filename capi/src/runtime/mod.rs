@@ -278,12 +278,7 @@ impl Runtime {
             ..CmConfig::default()
         };
         if config.fast_timers {
-            // As `rnic ping --fast-timers`: RC ACK timeout 16.8 ms, TimeWait 16 ms, CM
-            // response timeout 24 ms with 4 retries.
-            cm_cfg.packet_life_time = 10;
-            cm_cfg.ack_delay = 10;
-            cm_cfg.cm_response_timeout = 12;
-            cm_cfg.max_cm_retries = 4;
+            cm_cfg = cm_cfg.with_fast_timers();
         }
         let cm = RdmaCm::new(&dev, cm_cfg).map_err(|e| format!("connection manager: {e}"))?;
         let node = Node {

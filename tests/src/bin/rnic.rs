@@ -66,37 +66,7 @@ enum Command {
     /// of its own: preloads librnic.so and sets its environment. Two programs on one machine
     /// need two addresses (`--addr 127.0.0.1`, `--addr 127.0.0.2`); without `--addr` the
     /// first free loopback address is taken. See docs/capi.md.
-    Exec {
-        /// IP of this RNIC (its GID; RoCEv2 on UDP 4791 of it). Sets RNIC_ADDR.
-        #[arg(long)]
-        addr: Option<String>,
-        /// Device name (`ibv_devices`, `-d` of perftest). Sets RNIC_DEVICE.
-        #[arg(long)]
-        device: Option<String>,
-        /// Active MTU in bytes (256, 512, 1024, 2048 or 4096). Sets RNIC_MTU.
-        #[arg(long, value_parser = parse_mtu)]
-        mtu: Option<u32>,
-        /// Drop each datagram, in either direction, with this probability. Sets RNIC_DROP_RATE.
-        #[arg(long, value_parser = parse_probability)]
-        drop_rate: Option<f64>,
-        /// Seed of the drops and of the CM's identifiers (default: from the OS). Sets RNIC_SEED.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Short CM and transport timers, as `ping --fast-timers`. Sets RNIC_FAST_TIMERS=1.
-        #[arg(long)]
-        fast_timers: bool,
-        /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
-        #[arg(long, value_name = "PATH")]
-        lib: Option<PathBuf>,
-        /// The program and its arguments (after `--`).
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "PROGRAM"
-        )]
-        argv: Vec<std::ffi::OsString>,
-    },
+    Exec(exec::ExecOptions),
     /// Re-runs one seed of `explore` and prints its trace, the oracle's verdict and the
     /// replay's trace hash; exits 1 if an invariant failed.
     Replay {
@@ -113,13 +83,6 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-}
-
-fn parse_probability(s: &str) -> Result<f64, String> {
-    s.parse::<f64>()
-        .ok()
-        .filter(|p| (0.0..=1.0).contains(p))
-        .ok_or_else(|| format!("{s:?} is not a probability 0 … 1"))
 }
 
 /// Writes `text` to stdout. When the reader has gone (`rnic replay … | head`), exits at once
@@ -297,26 +260,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Ping(args) => ExitCode::from(rnic_testbed::ping::cli::main(&args)),
-        Command::Exec {
-            addr,
-            device,
-            mtu,
-            drop_rate,
-            seed,
-            fast_timers,
-            lib,
-            argv,
-        } => {
-            let opts = exec::ExecOptions {
-                addr,
-                device,
-                mtu,
-                drop_rate,
-                seed,
-                fast_timers,
-                lib,
-                argv,
-            };
+        Command::Exec(opts) => {
             eprintln!("rnic exec: {}", exec::exec(&opts));
             ExitCode::from(127)
         }

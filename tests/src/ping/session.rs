@@ -84,22 +84,17 @@ pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
         std::net::IpAddr::V6(v6) => (u128::from(v6) & 0xffff_ffff) as u64,
     };
     let unique = (ip << 16) | u64::from(addr.port());
-    let mut cfg = CmConfig {
+    let cfg = CmConfig {
         ca_guid: 0x0002_c900_0000_0000 | (unique & 0xffff_ffff_ffff),
         seed: unique.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w.seed,
         path_mtu: w.mtu,
         ..CmConfig::default()
     };
     if w.fast_timers {
-        // PLT 4 ms, ACK delay 4 ms: av.timeout = cm_ack_timeout = 12 → RC ACK timeout
-        // 16.8 ms (RETRY_EXC_ERR after 8 tries ≈ 134 ms), TimeWait ms(12) = 16 ms;
-        // DREQ/REQ timeout 2·4 + 16 = 24 ms, 4 retries: -110 after 5 × 24 ms (cm-spec §3.2).
-        cfg.packet_life_time = 10;
-        cfg.ack_delay = 10;
-        cfg.cm_response_timeout = 12;
-        cfg.max_cm_retries = 4;
+        cfg.with_fast_timers()
+    } else {
+        cfg
     }
-    cfg
 }
 
 /// Upper bound, in ms, of how long an active DREQ can go unanswered before DISCONNECTED
