@@ -134,26 +134,34 @@ const RPING_COUNT: usize = 100;
 /// ignores `-C` (it loops until the disconnect).
 #[test]
 fn rping() {
-    let name = "rping";
+    rping_pair("rping", 31, &[]);
+}
+
+/// rping `-q`: each side creates its QP itself (`ibv_create_qp`), moves it with the attributes
+/// `rdma_init_qp_attr` gives, and the client calls `rdma_establish` after CONNECT_RESPONSE.
+#[test]
+fn rping_self_created_qp() {
+    rping_pair("rping -q", 35, &["-q"]);
+}
+
+fn rping_pair(name: &str, n: u8, extra: &[&str]) {
     if !tools_available(name, &["rping"]) {
         return;
     }
-    let net = Net::new(31);
+    let net = Net::new(n);
     let (server_ip, port, count) = (net.server_ip(), net.port_arg(), RPING_COUNT.to_string());
+    let mut server = vec![
+        "rping", "-s", "-a", &server_ip, "-p", &port, "-v", "-C", &count,
+    ];
+    let mut client = vec![
+        "rping", "-c", "-a", &server_ip, "-p", &port, "-v", "-V", "-C", &count,
+    ];
+    server.extend_from_slice(extra);
+    client.extend_from_slice(extra);
     let spec = PairSpec {
         name: name.into(),
-        server: Program::new(
-            &server_ip,
-            &[
-                "rping", "-s", "-a", &server_ip, "-p", &port, "-v", "-C", &count,
-            ],
-        ),
-        client: Program::new(
-            &net.client_ip(),
-            &[
-                "rping", "-c", "-a", &server_ip, "-p", &port, "-v", "-V", "-C", &count,
-            ],
-        ),
+        server: Program::new(&server_ip, &server),
+        client: Program::new(&net.client_ip(), &client),
         ready: Ready::RdmaListen,
         server_stays: false,
     };

@@ -12,11 +12,12 @@ use super::{errno_of, fail, fail_null, guard, rt, unsupported};
 use crate::abi::*;
 use crate::runtime::Signal;
 use cm_core::api::{CmIdHandle, ConnParam};
+use cm_core::engine::QpAction;
 use cm_core::wire::RdmaPortSpace;
 use libc::{c_int, c_void};
 use std::net::SocketAddr;
 use std::ptr::null_mut;
-use verbs_core::{Errno, Error};
+use verbs_core::{AccessFlags, Errno, Error};
 
 /// The `IdBox` of a C id pointer.
 ///
@@ -519,12 +520,48 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_init_qp_attr(
-    _id: *mut rdma_cm_id,
-    _qp_attr: *mut ibv_qp_attr,
-    _qp_attr_mask: *mut c_int,
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
 ) -> c_int {
     guard("rdma_init_qp_attr", -1, || {
-        fail(unsupported("rdma_init_qp_attr"))
+        let (Ok(r), false) = (
+            rt(),
+            id.is_null() || qp_attr.is_null() || qp_attr_mask.is_null(),
+        ) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: an id of this library; `qp_attr` is readable and writable and
+        // `qp_attr_mask` writable (rdma_init_qp_attr(3)).
+        let (h, want) = unsafe { (idbox(id).handle, (*qp_attr).qp_state) };
+        // The attributes the CM would apply itself (Linux `rdma_init_qp_attr` →
+        // `ib_cm_init_qp_attr`): INIT from the id alone, RTR and RTS once the peer is known.
+        let action = r.with_quiet(|n, _| {
+            let params = n.cm().engine().qp_params(cm_core::engine::IbCmId(h.0));
+            match want {
+                IBV_QPS_INIT => Ok(params.map_or_else(
+                    |_| QpAction::init(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ),
+                    |p| p.actions()[0],
+                )),
+                IBV_QPS_RTR => params.map(|p| p.actions()[1]),
+                IBV_QPS_RTS => params.map(|p| p.actions()[2]),
+                _ => Err(verbs_core::Error::inval(
+                    "no CM attributes for this QP state",
+                )),
+            }
+        });
+        match action {
+            Ok(a) => {
+                let (attr, mask) = a.attr_mask();
+                // SAFETY: as above.
+                unsafe {
+                    qp_attr_to_c(&attr, &mut *qp_attr);
+                    *qp_attr_mask = mask.bits() as c_int;
+                }
+                0
+            }
+            Err(e) => fail(errno_of(&e)),
+        }
     })
 }
 
