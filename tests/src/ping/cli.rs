@@ -174,6 +174,10 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
             }
         }
     }
+    if a.drop_rate > 0.0 {
+        // Losses are on purpose here: the DREP this side sent may be one of them.
+        s.linger();
+    }
     s.shutdown()?;
     Ok(all)
 }

@@ -97,14 +97,6 @@ pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
     }
 }
 
-/// Upper bound, in ms, of how long an active DREQ can go unanswered before DISCONNECTED
-/// (-110): `(max_cm_retries + 1) × (2·ms(PLT) + ms(response timeout))` (cm-spec §3.2).
-fn dreq_give_up_ms(cfg: &CmConfig) -> u64 {
-    let ms = |t: u8| 1u64 << t.saturating_sub(8);
-    (u64::from(cfg.max_cm_retries) + 1)
-        * (2 * ms(cfg.packet_life_time) + ms(cfg.cm_response_timeout))
-}
-
 /// A simulated host (SimNic + RdmaCm) behind the fault layer, running on a real UDP socket.
 pub struct Node {
     driver: SpawnedUdpDriver<PingEndpoint>,
@@ -175,6 +167,11 @@ impl Node {
             comp,
             deferred: RefCell::new(VecDeque::new()),
         })
+    }
+
+    /// The CM's configuration (its timers).
+    pub fn cfg(&self) -> &CmConfig {
+        &self.cfg
     }
 
     /// The driver handle.
@@ -819,7 +816,7 @@ impl<'a> Session<'a> {
             self.rdma_disconnect(&why);
         }
         self.l.disconnecting = true;
-        let give_up = Duration::from_millis(2 * dreq_give_up_ms(&self.node.cfg) + 1000);
+        let give_up = Duration::from_millis(2 * self.node.cfg.dreq_give_up_ms() + 1000);
         self.timeout = self.timeout.max(give_up);
         let status = match self.expect_event(CmEventType::Disconnected) {
             Ok(ev) => {
