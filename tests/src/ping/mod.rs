@@ -362,9 +362,10 @@ impl Server {
     }
 
     /// Keeps the RNIC answering for two DREQ retransmission intervals
-    /// ([`CmConfig::dreq_timeout_ms`]) before the process goes: if the DREP that answered the
-    /// client's DREQ was lost, the client's next DREQ still gets one (a host's kernel outlives
-    /// the process that disconnected), instead of its disconnect ending in −110.
+    /// ([`cm_core::engine::CmConfig::dreq_timeout_ms`]) before the process goes: if the DREP
+    /// that answered the client's DREQ was lost, the client's next DREQ still gets one (a
+    /// host's kernel outlives the process that disconnected), instead of its disconnect ending
+    /// in −110.
     pub fn linger(&self) {
         let ms = 2 * self.node.cfg().dreq_timeout_ms();
         // Waits on the driver's condition with a condition that never holds: a bounded wait
