@@ -251,6 +251,25 @@ pub unsafe extern "C" fn ibv_query_gid(
     })
 }
 
+/// `ibv_query_gid_type` (libibverbs `IBVERBS_PRIVATE`, `driver.h`): the GID's type as sysfs
+/// gives it. `ibv_devinfo -v` calls it; the one GID is a RoCE v2 GID.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    _context: *mut ibv_context,
+    port_num: u8,
+    index: libc::c_uint,
+    gid_type: *mut libc::c_uint,
+) -> c_int {
+    guard("ibv_query_gid_type", libc::EIO, || {
+        if port_num != 1 || index != 0 || gid_type.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `gid_type` is a writable `enum ibv_gid_type_sysfs`.
+        unsafe { *gid_type = 1 }; // IBV_GID_TYPE_SYSFS_ROCE_V2
+        0
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_pkey(
     _context: *mut ibv_context,

@@ -371,6 +371,31 @@ impl Runtime {
     }
 }
 
+/// The socket buffer size the RNIC asks for, each direction: room for the bursts a few QPs
+/// send at once (rnic-sim's requester keeps up to 128 packets in flight per QP; perftest runs
+/// 128 WRITEs of 64 KiB). With the kernel's default (208 KiB) bursts are dropped and each loss
+/// costs an RC ACK timeout.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Asks for [`SOCKET_BUFFER`] bytes of receive and send buffer; the kernel caps the request
+/// at `net.core.rmem_max`/`wmem_max`, which is logged (`RUST_LOG=rnic=info`) when it bites.
+fn size_buffers(s: &UdpSocket) {
+    let sock = socket2::SockRef::from(s);
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    // Linux reports twice what it granted (it counts its own overhead).
+    let got = |r: io::Result<usize>| r.map_or(0, |n| n / 2);
+    let (rcv, snd) = (got(sock.recv_buffer_size()), got(sock.send_buffer_size()));
+    if rcv < SOCKET_BUFFER || snd < SOCKET_BUFFER {
+        tracing::info!(
+            rcv,
+            snd,
+            "socket buffers capped by the kernel (net.core.rmem_max / wmem_max): \
+             large bursts may be dropped and retransmitted"
+        );
+    }
+}
+
 /// Binds the RNIC's UDP socket: `RNIC_ADDR` (any error is final), or the first loopback
 /// address whose port is free.
 fn bind(config: &Config) -> Result<UdpSocket, String> {
@@ -378,7 +403,10 @@ fn bind(config: &Config) -> Result<UdpSocket, String> {
     for ip in config.candidate_addrs() {
         let addr = SocketAddr::new(ip, config.port);
         match UdpSocket::bind(addr) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                size_buffers(&s);
+                return Ok(s);
+            }
             Err(e) if config.addr.is_none() && e.kind() == io::ErrorKind::AddrInUse => {
                 last = format!("{addr}: {e}");
             }
