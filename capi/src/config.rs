@@ -3,13 +3,13 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `RNIC_ADDR` | the IP of this process's simulated RNIC: its GID, and the address its UDP socket binds (port 4791, the RoCEv2 port) | the first of 127.0.0.1 … 127.0.0.254 whose port 4791 is free |
-//! | `RNIC_PORT` | the UDP port instead of 4791 (peers must then be told: see docs/capi.md) | 4791 |
 //! | `RNIC_DEVICE` | the device name `ibv_get_device_name` returns | `rnic0` |
 //! | `RNIC_MTU` | the port's active MTU in bytes (256 … 4096), the path MTU rdma_cm uses | 1024 |
 //! | `RNIC_DROP_RATE` | drop each datagram, in either direction, with this probability (0 … 1) | 0 |
 //! | `RNIC_SEED` | seed of the drop decisions and of the CM's identifiers | from the OS |
 //! | `RNIC_RESOLVE_US` | how long address and route resolution each take before their event is reported, µs (Linux runs them on work queues) | 1000 |
-//! | `RNIC_FAST_TIMERS` | `1`: short CM and transport timers (as `rnic ping --fast-timers`) | off |
+//! | `RNIC_FAST_TIMERS` | `1` (or `true`, `yes`): short CM and transport timers (as `rnic ping --fast-timers`); `0`, `false`, `no`: Linux's | off |
+//! | `RNIC_STATS` | `1`: the RNIC's counters on stderr at exit; `every:MS` (MS ≥ 10): also every MS ms | off |
 //! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
 //!
 //! Each process is one simulated RNIC whose GID is its IP, as on a real RoCE NIC; two
@@ -26,8 +26,6 @@ pub const ROCE_PORT: u16 = 4791;
 pub struct Config {
     /// `RNIC_ADDR`, if set; `None`: pick the first free loopback address.
     pub addr: Option<IpAddr>,
-    /// `RNIC_PORT`.
-    pub port: u16,
     /// `RNIC_DEVICE`.
     pub device: String,
     /// `RNIC_MTU`.
@@ -40,19 +38,22 @@ pub struct Config {
     pub fast_timers: bool,
     /// `RNIC_RESOLVE_US`, µs.
     pub resolve_us: u64,
+    /// `RNIC_STATS`: print the counters at exit (`Some(None)`), and also every so many ms
+    /// (`Some(Some(ms))`).
+    pub stats: Option<Option<u64>>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             addr: None,
-            port: ROCE_PORT,
             device: "rnic0".to_string(),
             mtu: Mtu::Mtu1024,
             drop_rate: 0.0,
             seed: None,
             fast_timers: false,
             resolve_us: 1000,
+            stats: None,
         }
     }
 }
@@ -104,13 +105,6 @@ impl Config {
             }
             c.addr = Some(ip);
         }
-        if let Some(v) = val("RNIC_PORT") {
-            c.port = v
-                .parse()
-                .ok()
-                .filter(|p| *p != 0)
-                .ok_or_else(|| bad("RNIC_PORT", &v, "expected a UDP port 1 … 65535"))?;
-        }
         if let Some(v) = val("RNIC_DEVICE") {
             if v.len() >= 64 || !v.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(bad(
@@ -147,6 +141,20 @@ impl Config {
                 .ok()
                 .filter(|us| *us <= 10_000_000)
                 .ok_or_else(|| bad("RNIC_RESOLVE_US", &v, "expected microseconds, 0 … 10000000"))?;
+        }
+        if let Some(v) = val("RNIC_STATS") {
+            c.stats = match v.as_str() {
+                "0" => None,
+                "1" => Some(None),
+                _ => Some(Some(
+                    v.strip_prefix("every:")
+                        .and_then(|ms| ms.parse::<u64>().ok())
+                        .filter(|ms| *ms >= 10)
+                        .ok_or_else(|| {
+                            bad("RNIC_STATS", &v, "expected 1, 0 or every:MS with MS >= 10")
+                        })?,
+                )),
+            };
         }
         if let Some(v) = val("RNIC_FAST_TIMERS") {
             c.fast_timers = match v.as_str() {
@@ -209,13 +217,13 @@ mod tests {
     fn every_variable_is_parsed() {
         let c = cfg(&[
             ("RNIC_ADDR", "127.0.0.9"),
-            ("RNIC_PORT", "5000"),
             ("RNIC_DEVICE", "rxe9"),
             ("RNIC_MTU", "4096"),
             ("RNIC_DROP_RATE", "0.25"),
             ("RNIC_SEED", "77"),
             ("RNIC_FAST_TIMERS", "1"),
             ("RNIC_RESOLVE_US", "0"),
+            ("RNIC_STATS", "every:250"),
         ]);
         let c = match c {
             Ok(c) => c,
@@ -225,12 +233,9 @@ mod tests {
             c.candidate_addrs(),
             vec![IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9))]
         );
-        assert_eq!(
-            (c.port, c.device.as_str(), c.mtu),
-            (5000, "rxe9", Mtu::Mtu4096)
-        );
+        assert_eq!((c.device.as_str(), c.mtu), ("rxe9", Mtu::Mtu4096));
         assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
-        assert_eq!(c.resolve_us, 0);
+        assert_eq!((c.resolve_us, c.stats), (0, Some(Some(250))));
     }
 
     #[test]
@@ -238,12 +243,13 @@ mod tests {
         for (k, v) in [
             ("RNIC_ADDR", "nowhere"),
             ("RNIC_ADDR", "0.0.0.0"),
-            ("RNIC_PORT", "0"),
             ("RNIC_MTU", "1500"),
             ("RNIC_DROP_RATE", "2"),
             ("RNIC_SEED", "-1"),
             ("RNIC_FAST_TIMERS", "maybe"),
             ("RNIC_RESOLVE_US", "soon"),
+            ("RNIC_STATS", "every:0"),
+            ("RNIC_STATS", "2"),
         ] {
             match cfg(&[(k, v)]) {
                 Err(e) => assert!(e.0.starts_with(k), "{e}"),

@@ -142,6 +142,12 @@ impl RdmaCm {
         Ok(self.ids.entry(id).or_default())
     }
 
+    /// How many events `get_cm_event` returned for `id` that are not acked yet (what
+    /// librdmacm's `rdma_destroy_id` waits on); 0 for an unknown id.
+    pub fn unacked_events(&self, id: CmIdHandle) -> usize {
+        self.ids.get(&id).map_or(0, |u| u.unacked.len())
+    }
+
     /// `rdma_create_event_channel`.
     pub fn create_event_channel(&mut self) -> EventChannel {
         self.cma.create_event_channel()

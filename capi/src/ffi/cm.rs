@@ -201,11 +201,21 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         };
         let bound = !a.ip().is_unspecified();
         // SAFETY: `id` is an id of this library.
-        unsafe {
+        let ret = unsafe {
             id_call("rdma_bind_addr", id, bound, |n, _, h| {
                 n.split().0.bind_addr(h, a)
             })
+        };
+        if ret != 0 && nix::errno::Errno::last_raw() == libc::EADDRNOTAVAIL {
+            if let Ok(r) = rt() {
+                tracing::warn!(
+                    "rdma_bind_addr {a}: not this process's RNIC address, which is {} \
+                     (RNIC_ADDR / rnic exec --addr)",
+                    r.addr().ip()
+                );
+            }
         }
+        ret
     })
 }
 
@@ -418,15 +428,18 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         };
         // SAFETY: `id` is an id of this library.
         let h = unsafe { idbox(id).handle };
-        // librdmacm blocks until every event it returned for this id is acked.
-        let mut res = Err(Error::new(Errno::EBUSY, "not tried"));
-        r.wait_for_acks(|| {
-            res = r.with(|n, now| {
+        // librdmacm blocks until every event it returned for this id is acked (another thread
+        // may fetch one more meanwhile: then wait again).
+        let res = loop {
+            r.wait_for_acks(|| r.with_quiet(|n, _| n.cm().unacked_events(h) == 0));
+            let res = r.with(|n, now| {
                 let (cm, dev) = n.split();
                 cm.destroy_id(dev, now, h)
             });
-            !matches!(&res, Err(e) if e.errno == Errno::EBUSY)
-        });
+            if !matches!(&res, Err(e) if e.errno == Errno::EBUSY) {
+                break res;
+            }
+        };
         match res {
             Ok(()) => {
                 registry().ids.remove(&h);

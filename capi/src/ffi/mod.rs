@@ -67,12 +67,13 @@ fn errno_of(e: &Error) -> i32 {
 /// The runtime, or `ENODEV` when it could not start (the reason was printed once).
 fn rt() -> Result<&'static Runtime, i32> {
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    let r = runtime().map_err(|_| libc::ENODEV)?;
     AT_EXIT.call_once(|| {
-        stats_at_exit();
+        stats_at_exit(r.config().stats);
         // SAFETY: `close_at_exit` is a plain `extern "C" fn()` that catches its own panics.
         unsafe { libc::atexit(close_at_exit) };
     });
-    runtime().map_err(|_| libc::ENODEV)
+    Ok(r)
 }
 
 /// A call the library does not implement: logs its name once (`RUST_LOG=rnic=info` or the
@@ -138,31 +139,24 @@ pub extern "C" fn rnic_dump_stats() {
     })
 }
 
-/// Registers [`rnic_dump_stats`] with `atexit` when `RNIC_STATS=1` (once, at start-up).
-pub(crate) fn stats_at_exit() {
+/// Registers [`rnic_dump_stats`] with `atexit` when `RNIC_STATS` asks for it (once, at
+/// start-up), and starts the periodic printer of `RNIC_STATS=every:MS`.
+pub(crate) fn stats_at_exit(stats: Option<Option<u64>>) {
     extern "C" fn dump() {
         // A thread of its own, as in `close_at_exit`.
         if let Ok(t) = std::thread::Builder::new().spawn(|| rnic_dump_stats()) {
             let _ = t.join();
         }
     }
-    match std::env::var("RNIC_STATS").ok().as_deref() {
-        Some("1") => {
-            // SAFETY: `dump` is a plain `extern "C" fn()` that catches its own panics.
-            unsafe { libc::atexit(dump) };
-        }
-        // RNIC_STATS=every:MS also prints them every MS milliseconds, from a thread of its own.
-        Some(v) if v.starts_with("every:") => {
-            let ms = v["every:".len()..].parse::<u64>().unwrap_or(1000).max(10);
-            let _ = std::thread::Builder::new()
-                .name("rnic-stats".into())
-                .spawn(move || loop {
-                    std::thread::sleep(std::time::Duration::from_millis(ms));
-                    rnic_dump_stats();
-                });
-            // SAFETY: as above.
-            unsafe { libc::atexit(dump) };
-        }
-        _ => {}
+    let Some(every) = stats else { return };
+    if let Some(ms) = every {
+        let _ = std::thread::Builder::new()
+            .name("rnic-stats".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                rnic_dump_stats();
+            });
     }
+    // SAFETY: `dump` is a plain `extern "C" fn()` that catches its own panics.
+    unsafe { libc::atexit(dump) };
 }

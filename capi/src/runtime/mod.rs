@@ -146,7 +146,8 @@ impl Endpoint for Node {
             self.drops.rx += 1;
             return;
         }
-        // A peer on a port other than 4791 (RNIC_PORT) is answered where it sent from.
+        // A peer on a port other than 4791 (not a librnic process) is answered where it sent
+        // from.
         if src.port() != ROCE_PORT {
             self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
         }
@@ -224,7 +225,6 @@ pub fn runtime() -> Result<&'static Runtime, &'static str> {
             let r = Runtime::start();
             if let Err(e) = &r {
                 eprintln!("librnic: {e}");
-                tracing::error!("{e}");
             }
             r
         })
@@ -324,7 +324,7 @@ impl Runtime {
         self.handle.with_quiet(f)
     }
 
-    /// The socket address of this RNIC (its GID's IP, port 4791 unless `RNIC_PORT`).
+    /// The socket address of this RNIC (its GID's IP, port 4791).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -396,12 +396,20 @@ fn size_buffers(s: &UdpSocket) {
     }
 }
 
+/// The address after `ip` (127.0.0.1 → 127.0.0.2), for a hint.
+fn next_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(u32::from(v4).wrapping_add(1).into()),
+        IpAddr::V6(v6) => IpAddr::V6(u128::from(v6).wrapping_add(1).into()),
+    }
+}
+
 /// Binds the RNIC's UDP socket: `RNIC_ADDR` (any error is final), or the first loopback
 /// address whose port is free.
 fn bind(config: &Config) -> Result<UdpSocket, String> {
     let mut last = String::new();
     for ip in config.candidate_addrs() {
-        let addr = SocketAddr::new(ip, config.port);
+        let addr = SocketAddr::new(ip, ROCE_PORT);
         match UdpSocket::bind(addr) {
             Ok(s) => {
                 size_buffers(&s);
@@ -411,14 +419,14 @@ fn bind(config: &Config) -> Result<UdpSocket, String> {
                 last = format!("{addr}: {e}");
             }
             Err(e) => {
-                let hint = match (&ip, e.kind()) {
-                    (_, io::ErrorKind::AddrInUse) => {
-                        " (another simulated RNIC uses it: give each process its own RNIC_ADDR, e.g. 127.0.0.2)"
-                    }
-                    (IpAddr::V4(_) | IpAddr::V6(_), io::ErrorKind::AddrNotAvailable) => {
-                        " (not an address of this host)"
-                    }
-                    _ => "",
+                let hint = match e.kind() {
+                    io::ErrorKind::AddrInUse => format!(
+                        " (another simulated RNIC uses it: give each process its own \
+                         RNIC_ADDR, e.g. {})",
+                        next_ip(ip)
+                    ),
+                    io::ErrorKind::AddrNotAvailable => " (not an address of this host)".into(),
+                    _ => String::new(),
                 };
                 return Err(format!("cannot bind RNIC_ADDR {addr}: {e}{hint}"));
             }
@@ -426,6 +434,6 @@ fn bind(config: &Config) -> Result<UdpSocket, String> {
     }
     Err(format!(
         "no free loopback address for the simulated RNIC (port {} taken on 127.0.0.1 … 127.0.0.254; last: {last}); set RNIC_ADDR",
-        config.port
+        ROCE_PORT
     ))
 }
