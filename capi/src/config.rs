@@ -119,7 +119,7 @@ impl Config {
             c.mtu = v
                 .parse::<u32>()
                 .ok()
-                .and_then(mtu_from_bytes)
+                .and_then(Mtu::from_bytes)
                 .ok_or_else(|| bad("RNIC_MTU", &v, "expected 256, 512, 1024, 2048 or 4096"))?;
         }
         if let Some(v) = val("RNIC_DROP_RATE") {
@@ -175,19 +175,6 @@ impl Config {
                 .collect(),
         }
     }
-}
-
-/// The [`Mtu`] of `bytes` (256 … 4096), if it is one.
-pub fn mtu_from_bytes(bytes: u32) -> Option<Mtu> {
-    [
-        Mtu::Mtu256,
-        Mtu::Mtu512,
-        Mtu::Mtu1024,
-        Mtu::Mtu2048,
-        Mtu::Mtu4096,
-    ]
-    .into_iter()
-    .find(|m| m.bytes() == bytes)
 }
 
 #[cfg(test)]

@@ -94,6 +94,19 @@ impl Mtu {
     pub const fn bytes(self) -> u32 {
         256 << (self as u32 - 1)
     }
+
+    /// The MTU of `bytes` (256, 512, 1024, 2048 or 4096), if it is one.
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() == bytes)
+    }
 }
 
 numbered_enum! {

@@ -115,6 +115,33 @@ extern "C" fn close_at_exit() {
     })
 }
 
+/// The body of the destroy calls whose object is one leaked box (`ibv_dealloc_pd`,
+/// `ibv_dereg_mr`, `ibv_destroy_qp`): `destroy` on the device with the handle `handle` reads
+/// from the C struct, then the box is freed. 0, or the errno as libibverbs returns it (the
+/// object stays when the device refuses, e.g. `EBUSY`).
+///
+/// # Safety
+/// `p` is NULL or a live object of this library of type `T`, made by `leak`, not freed yet.
+unsafe fn destroy_boxed<T>(
+    p: *mut T,
+    handle: impl FnOnce(&T) -> u32,
+    destroy: impl FnOnce(&mut rnic_sim::SimDevice, u32) -> verbs_core::Result<()>,
+) -> libc::c_int {
+    let (Ok(r), false) = (rt(), p.is_null()) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: a live object of this library (the caller's contract).
+    let h = handle(unsafe { &*p });
+    match r.with(|n, _| destroy(n.dev(), h)) {
+        Ok(()) => {
+            // SAFETY: as above; freed once, after the device let go of it.
+            drop(unsafe { Box::from_raw(p) });
+            0
+        }
+        Err(e) => errno_of(&e),
+    }
+}
+
 /// `-1` with `errno`, the librdmacm convention.
 fn fail(e: i32) -> libc::c_int {
     set_errno(e);

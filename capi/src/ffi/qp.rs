@@ -4,7 +4,7 @@
 
 use super::convert::*;
 use super::objects::{leak, AhBox};
-use super::{errno_of, fail_null, guard, rt, unsupported};
+use super::{destroy_boxed, errno_of, fail_null, guard, rt, unsupported};
 use crate::abi::*;
 use libc::c_int;
 use std::ptr::null_mut;
@@ -161,19 +161,8 @@ pub unsafe extern "C" fn ibv_query_qp(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
-        let (Ok(r), false) = (rt(), qp.is_null()) else {
-            return libc::EINVAL;
-        };
-        // SAFETY: a live QP of this library.
-        let h = QpHandle(unsafe { (*qp).handle });
-        match r.with(|n, _| n.dev().destroy_qp(h)) {
-            Ok(()) => {
-                // SAFETY: as above; freed once.
-                drop(unsafe { Box::from_raw(qp) });
-                0
-            }
-            Err(e) => errno_of(&e),
-        }
+        // SAFETY: `qp` is NULL or came from `ibv_create_qp` (ibv_destroy_qp(3)).
+        unsafe { destroy_boxed(qp, |q| q.handle, |d, h| d.destroy_qp(QpHandle(h))) }
     })
 }
 

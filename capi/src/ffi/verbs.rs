@@ -7,7 +7,7 @@
 use super::convert::*;
 use super::memory::UserMemory;
 use super::objects::leak;
-use super::{errno_of, fail, fail_null, guard, rt, unsupported};
+use super::{destroy_boxed, errno_of, fail, fail_null, guard, rt, unsupported};
 use crate::abi::*;
 use libc::{c_char, c_int, c_void};
 use std::ptr::{self, null_mut};
@@ -307,19 +307,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", libc::EIO, || {
-        let (Ok(r), false) = (rt(), pd.is_null()) else {
-            return libc::EINVAL;
-        };
-        // SAFETY: `pd` came from `ibv_alloc_pd` and is not yet deallocated.
-        let h = PdHandle(unsafe { (*pd).handle });
-        match r.with(|n, _| n.dev().dealloc_pd(h)) {
-            Ok(()) => {
-                // SAFETY: as above; freed once, after the device let go of it.
-                drop(unsafe { Box::from_raw(pd) });
-                0
-            }
-            Err(e) => errno_of(&e),
-        }
+        // SAFETY: `pd` is NULL or came from `ibv_alloc_pd` (ibv_dealloc_pd(3)).
+        unsafe { destroy_boxed(pd, |p| p.handle, |d, h| d.dealloc_pd(PdHandle(h))) }
     })
 }
 
@@ -399,19 +388,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", libc::EIO, || {
-        let (Ok(r), false) = (rt(), mr.is_null()) else {
-            return libc::EINVAL;
-        };
-        // SAFETY: `mr` came from `ibv_reg_mr*` and is not yet deregistered.
-        let h = MrHandle(unsafe { (*mr).handle });
-        match r.with(|n, _| n.dev().dereg_mr(h)) {
-            Ok(()) => {
-                // SAFETY: as above; freed once.
-                drop(unsafe { Box::from_raw(mr) });
-                0
-            }
-            Err(e) => errno_of(&e),
-        }
+        // SAFETY: `mr` is NULL or came from `ibv_reg_mr*` (ibv_dereg_mr(3)).
+        unsafe { destroy_boxed(mr, |m| m.handle, |d, h| d.dereg_mr(MrHandle(h))) }
     })
 }
 

@@ -86,11 +86,6 @@ impl Node {
         &self.cm
     }
 
-    /// Datagrams dropped by the fault layer.
-    pub fn drops(&self) -> DropStats {
-        self.drops
-    }
-
     /// Registers a completion channel and returns its number.
     ///
     /// # Errors

@@ -118,36 +118,6 @@ impl Default for CmConfig {
     }
 }
 
-impl CmConfig {
-    /// How long a sent DREQ waits for its DREP before it is sent again, in ms:
-    /// `2·ms(packet life time) + ms(response timeout)` (cm-spec §3.2).
-    pub fn dreq_timeout_ms(&self) -> u64 {
-        2 * timers::cm_convert_to_ms(self.packet_life_time)
-            + timers::cm_convert_to_ms(self.cm_response_timeout)
-    }
-
-    /// Upper bound, in ms, of how long an active DREQ can go unanswered before DISCONNECTED
-    /// (−110): `(max_cm_retries + 1) ×` [`dreq_timeout_ms`](Self::dreq_timeout_ms).
-    pub fn dreq_give_up_ms(&self) -> u64 {
-        (u64::from(self.max_cm_retries) + 1) * self.dreq_timeout_ms()
-    }
-
-    /// Short timers for real-network runs that exercise timeouts (`rnic ping --fast-timers`,
-    /// librnic's `RNIC_FAST_TIMERS`): packet lifetime and ACK delay 4 ms, so av.timeout =
-    /// cm_ack_timeout = 12 → RC ACK timeout 16.8 ms (RETRY_EXC_ERR after 8 tries ≈ 134 ms),
-    /// TimeWait ms(12) = 16 ms; REQ/DREQ timeout 2·4 + 16 = 24 ms with 4 retries: −110 after
-    /// 5 × 24 ms (cm-spec §3.2).
-    pub fn with_fast_timers(self) -> CmConfig {
-        CmConfig {
-            packet_life_time: 10,
-            ack_delay: 10,
-            cm_response_timeout: 12,
-            max_cm_retries: 4,
-            ..self
-        }
-    }
-}
-
 /// An engine CM id (Linux `struct ib_cm_id *`). The rdma_cm layer uses the same number for its
 /// `CmIdHandle`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

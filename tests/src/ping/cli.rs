@@ -76,21 +76,15 @@ pub struct PingArgs {
 /// Any other value.
 pub fn parse_mtu(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|e| format!("{e}"))?;
-    match v {
-        256 | 512 | 1024 | 2048 | 4096 => Ok(v),
-        _ => Err("MTU must be 256, 512, 1024, 2048 or 4096".into()),
+    match Mtu::from_bytes(v) {
+        Some(_) => Ok(v),
+        None => Err("MTU must be 256, 512, 1024, 2048 or 4096".into()),
     }
 }
 
 /// The [`Mtu`] of a byte count [`parse_mtu`] accepted (1024 for anything else).
 pub fn mtu(bytes: u32) -> Mtu {
-    match bytes {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => Mtu::Mtu1024,
-    }
+    Mtu::from_bytes(bytes).unwrap_or(Mtu::Mtu1024)
 }
 
 fn print_report(r: &PingReport, json: bool) {
