@@ -546,19 +546,23 @@ fn duplicate_req_is_not_a_second_connect_request_and_gets_an_mra() {
     assert_eq!(w.sent(1, 0x11), 1);
 }
 
+/// A world whose host 1 listens with `backlog` and leaves its events unread.
+fn unread_listener(backlog: u32) -> World {
+    let mut w = World::new();
+    let h = &mut w.hosts[1];
+    let l =
+        h.cm.create_id(h.ch, cm_core::wire::RdmaPortSpace::Tcp)
+            .unwrap_or_else(|e| panic!("{e}"));
+    h.cm.bind_addr(l, SocketAddr::new(IpAddr::V4(ip(1)), PORT))
+        .unwrap_or_else(|e| panic!("{e}"));
+    h.cm.listen(l, backlog).unwrap_or_else(|e| panic!("{e}"));
+    h.read_events = false;
+    w
+}
+
 #[test]
 fn listen_backlog_full_drops_req_without_rej_until_the_request_is_read() {
-    let mut w = World::new();
-    {
-        let h = &mut w.hosts[1];
-        let l =
-            h.cm.create_id(h.ch, cm_core::wire::RdmaPortSpace::Tcp)
-                .unwrap();
-        h.cm.bind_addr(l, SocketAddr::new(IpAddr::V4(ip(1)), PORT))
-            .unwrap();
-        h.cm.listen(l, 1).unwrap();
-        h.read_events = false;
-    }
+    let mut w = unread_listener(1);
     let a1 = w.active_id();
     let a2 = w.active_id();
     w.connect(a1);
@@ -576,17 +580,7 @@ fn listen_backlog_full_drops_req_without_rej_until_the_request_is_read() {
 
 #[test]
 fn listen_backlog_0_is_ucmas_default_and_takes_every_request_at_once() {
-    let mut w = World::new();
-    {
-        let h = &mut w.hosts[1];
-        let l =
-            h.cm.create_id(h.ch, cm_core::wire::RdmaPortSpace::Tcp)
-                .unwrap();
-        h.cm.bind_addr(l, SocketAddr::new(IpAddr::V4(ip(1)), PORT))
-            .unwrap();
-        h.cm.listen(l, 0).unwrap();
-        h.read_events = false;
-    }
+    let mut w = unread_listener(0);
     let ids: Vec<_> = (0..10).map(|_| w.active_id()).collect();
     for a in ids {
         w.connect(a);
