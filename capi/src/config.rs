@@ -160,7 +160,13 @@ impl Config {
             c.fast_timers = match v.as_str() {
                 "1" | "true" | "yes" => true,
                 "0" | "false" | "no" => false,
-                _ => return Err(bad("RNIC_FAST_TIMERS", &v, "expected 1 or 0")),
+                _ => {
+                    return Err(bad(
+                        "RNIC_FAST_TIMERS",
+                        &v,
+                        "expected 1, true, yes, 0, false or no",
+                    ))
+                }
             };
         }
         Ok(c)

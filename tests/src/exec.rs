@@ -16,7 +16,7 @@ pub const LIB_NAME: &str = "librnic.so";
 pub struct ExecOptions {
     /// IP of this RNIC (its GID; RoCEv2 on UDP 4791 of it). Sets RNIC_ADDR; without it the
     /// library takes the first free loopback address.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_ip)]
     pub addr: Option<String>,
     /// Device name (`ibv_devices`, `-d` of perftest). Sets RNIC_DEVICE.
     #[arg(long)]
@@ -44,6 +44,12 @@ pub struct ExecOptions {
         value_name = "PROGRAM"
     )]
     pub argv: Vec<OsString>,
+}
+
+fn parse_ip(s: &str) -> Result<String, String> {
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| ip.to_string())
+        .map_err(|_| format!("{s:?} is not an IP address (e.g. 127.0.0.2)"))
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {
