@@ -80,11 +80,17 @@ impl RdmaCm {
     /// # Errors
     /// What `query_gid` returns.
     pub fn new(dev: &dyn Device, cfg: CmConfig) -> Result<Self, Error> {
-        let local_gid = dev.query_gid(1, 0)?;
-        Ok(RdmaCm {
+        Ok(RdmaCm::with_local_gid(dev.query_gid(1, 0)?, cfg))
+    }
+
+    /// The CM of a device whose address is `local_gid`: on hardware, the port's RoCEv2 GID
+    /// of the IP the CM serves, which is rarely index 0 (rdma_cm binds an id to the GID that
+    /// holds its source IP, `cma_acquire_dev_by_src_ip` in cma.c).
+    pub fn with_local_gid(local_gid: Gid, cfg: CmConfig) -> Self {
+        RdmaCm {
             cma: Cma::new(local_gid, cfg),
             ids: BTreeMap::new(),
-        })
+        }
     }
 
     /// The kernel side (read-only): ids, their rdma_cm states and the events queued and not

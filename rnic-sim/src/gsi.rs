@@ -58,12 +58,8 @@ impl SimDevice {
         }
         let psn = self.gsi_mut().psn;
         self.gsi_mut().psn = psn_add(psn, 1);
-        let mut p = bare_packet(Opcode::UdSendOnly, dest_qp, psn, payload);
-        p.deth = Some(Deth {
-            qkey: GSI_QKEY,
-            src_qp: GSI_QPN,
-        });
-        self.push_tx(Transmit { dst, packet: p });
+        let packet = gsi_packet(dest_qp, psn, payload);
+        self.push_tx(Transmit { dst, packet });
         Ok(())
     }
 
@@ -105,6 +101,48 @@ impl GsiEndpoint for SimDevice {
     }
 }
 
+/// The packet QP1 sends to QP `dest_qp` (normally [`GSI_QPN`]): a UD SEND ONLY with PSN
+/// `psn`, a DETH with Q_Key [`GSI_QKEY`] and source QP [`GSI_QPN`], and `payload` (cm-spec
+/// §1.2, §1.3). What a hardware backend, whose QP1 the kernel owns, puts on its CM socket too.
+pub fn gsi_packet(dest_qp: u32, psn: u32, payload: Bytes) -> Packet {
+    let mut p = bare_packet(Opcode::UdSendOnly, dest_qp, psn, payload);
+    p.deth = Some(Deth {
+        qkey: GSI_QKEY,
+        src_qp: GSI_QPN,
+    });
+    p
+}
+
+/// Why a packet to QP1 was refused ([`gsi_payload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsiRefusal {
+    /// Not a UD SEND ONLY.
+    WrongQpType,
+    /// No DETH.
+    Malformed,
+    /// A DETH whose Q_Key is not [`GSI_QKEY`].
+    QkeyMismatch,
+}
+
+/// The datagram a packet addressed to QP1 carries: only a UD SEND with the GSI Q_Key is one.
+///
+/// # Errors
+/// The [`GsiRefusal`] naming what is wrong.
+pub fn gsi_payload(src: Gid, packet: Packet) -> std::result::Result<GsiDatagram, GsiRefusal> {
+    if packet.bth.opcode != Opcode::UdSendOnly {
+        return Err(GsiRefusal::WrongQpType);
+    }
+    let deth = packet.deth.ok_or(GsiRefusal::Malformed)?;
+    if deth.qkey != GSI_QKEY {
+        return Err(GsiRefusal::QkeyMismatch);
+    }
+    Ok(GsiDatagram {
+        src,
+        src_qp: deth.src_qp,
+        payload: packet.payload,
+    })
+}
+
 /// Handles a packet addressed to QP1: UD SEND with the GSI Q_Key only.
 pub(crate) fn on_gsi_packet(
     gsi: &mut Gsi,
@@ -112,25 +150,15 @@ pub(crate) fn on_gsi_packet(
     src: Gid,
     packet: Packet,
 ) {
-    if packet.bth.opcode != Opcode::UdSendOnly {
-        counters.wrong_qp_type += 1;
-        return;
-    }
-    let Some(deth) = packet.deth else {
-        counters.malformed += 1;
-        return;
+    let d = match gsi_payload(src, packet) {
+        Ok(d) => d,
+        Err(GsiRefusal::WrongQpType) => return counters.wrong_qp_type += 1,
+        Err(GsiRefusal::Malformed) => return counters.malformed += 1,
+        Err(GsiRefusal::QkeyMismatch) => return counters.qkey_mismatch += 1,
     };
-    if deth.qkey != GSI_QKEY {
-        counters.qkey_mismatch += 1;
-        return;
-    }
     if gsi.rx.len() >= GSI_RECV_DEPTH {
         counters.ud_no_recv += 1;
         return;
     }
-    gsi.rx.push_back(GsiDatagram {
-        src,
-        src_qp: deth.src_qp,
-        payload: packet.payload,
-    });
+    gsi.rx.push_back(d);
 }

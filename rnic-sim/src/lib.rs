@@ -32,7 +32,9 @@ pub mod rng;
 pub mod roce;
 
 pub use device::{Counters, SimDevice, SimDeviceConfig, Transmit};
-pub use gsi::{GsiDatagram, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE};
+pub use gsi::{
+    gsi_packet, gsi_payload, GsiDatagram, GsiRefusal, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE,
+};
 pub use memory::ExternalMemory;
 pub use psn::{psn_add, psn_diff};
 pub use ud::GRH_BYTES;

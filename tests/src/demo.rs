@@ -14,6 +14,7 @@ use crate::ping::{
     Client, DisconnectBy, Params, PingError, PingOp, Server, SideOptions, WireOptions, MAX_RECVS,
     MAX_SIZE,
 };
+use rnic_sim::nic::SimNic;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -147,9 +148,10 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         mtu: opts.mtu,
         ..WireOptions::default()
     };
-    let mut server = Server::bind(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0), &side, &wire)?;
+    let mut server =
+        Server::<SimNic>::bind(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0), &side, &wire)?;
     let addr = server.local_addr();
-    let mut client = Client::bind(addr, &side, &wire)?;
+    let mut client = Client::<SimNic>::bind(addr, &side, &wire)?;
     let params = Params {
         op: PingOp::All,
         count: opts.count,

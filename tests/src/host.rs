@@ -1,6 +1,8 @@
-//! [`Host`]: one simulated machine — a [`SimNic`] plus the [`RdmaCm`] that drives it — as a
-//! fabric [`Endpoint`], so the connection manager and the RNIC run together on the
-//! deterministic [`Simulation`](rnic_sim::fabric::Simulation) (or any other fabric driver).
+//! [`Host`]: one machine — a NIC ([`SimNic`] by default, or any [`Nic`]) plus the [`RdmaCm`]
+//! that drives it — as a fabric [`Endpoint`], so the connection manager and the RNIC run
+//! together on the deterministic [`Simulation`](rnic_sim::fabric::Simulation) (or any other
+//! fabric driver). With a hardware NIC ([`crate::hw_nic::HwNic`]) the wire carries only the
+//! CM's MADs; the data moves through the real device.
 //!
 //! Datagrams from the wire go to the NIC; after every input (datagram or timeout) the host
 //! hands the MADs that arrived on QP1 to the CM ([`RdmaCm::poll_gsi`]), and the CM's own timers
@@ -12,32 +14,85 @@
 //! next run.
 
 use bytes::Bytes;
+use cm_core::api::CmDevice;
 use cm_core::api::RdmaCm;
 use cm_core::engine::CmConfig;
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use rnic_sim::SimDevice;
 use std::net::SocketAddr;
-use verbs_core::{Error, Gid, SimTime};
+use verbs_core::{Device, Error, Gid, SimTime};
 
-/// A simulated host: a [`SimNic`] and the [`RdmaCm`] of its device. See the module docs.
+/// A NIC a [`Host`] runs on: a fabric [`Endpoint`] whose device the CM drives.
+pub trait Nic: Endpoint {
+    /// The device: verbs for the QPs, the GSI endpoint for the CM's MADs.
+    type Dev: CmDevice;
+
+    /// The device.
+    fn device(&self) -> &Self::Dev;
+
+    /// The device, mutably.
+    fn device_mut(&mut self) -> &mut Self::Dev;
+
+    /// Sends what is for `gid` to the socket `addr` (see [`SimNic::set_peer_addr`]).
+    fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr);
+
+    /// The socket what is for `gid` goes to.
+    fn peer_addr(&self, gid: Gid) -> SocketAddr;
+
+    /// True when completions arrive without the fabric driver's involvement (a hardware
+    /// device): an application that reacts to completions inside the endpoint must arm its
+    /// CQs, and the driver must wait for the device's events too. False for the simulated
+    /// RNIC, whose completions only ever follow a datagram or a timeout.
+    const ASYNC_COMPLETIONS: bool = false;
+
+    /// The GID the CM uses as this host's address: GID index 0 of port 1 by default.
+    ///
+    /// # Errors
+    /// The device's `query_gid` error.
+    fn cm_gid(&self) -> Result<Gid, Error> {
+        self.device().query_gid(1, 0)
+    }
+}
+
+impl Nic for SimNic {
+    type Dev = SimDevice;
+
+    fn device(&self) -> &SimDevice {
+        SimNic::device(self)
+    }
+
+    fn device_mut(&mut self) -> &mut SimDevice {
+        SimNic::device_mut(self)
+    }
+
+    fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
+        SimNic::set_peer_addr(self, gid, addr)
+    }
+
+    fn peer_addr(&self, gid: Gid) -> SocketAddr {
+        SimNic::peer_addr(self, gid)
+    }
+}
+
+/// A host: a NIC and the [`RdmaCm`] of its device. See the module docs.
 #[derive(Debug)]
-pub struct Host {
-    nic: SimNic,
+pub struct Host<N: Nic = SimNic> {
+    nic: N,
     cm: RdmaCm,
     learn_peers: bool,
     pinned: Option<SocketAddr>,
     foreign_drops: u64,
 }
 
-impl Host {
+impl<N: Nic> Host<N> {
     /// The host of `nic`, with a CM configured by `cfg` (give every host its own
-    /// `ca_guid` and `seed`). The CM's address is the device's GID index 0 of port 1.
+    /// `ca_guid` and `seed`). The CM's address is [`Nic::cm_gid`].
     ///
     /// # Errors
-    /// What [`RdmaCm::new`] returns (the device's `query_gid` error).
-    pub fn new(nic: SimNic, cfg: CmConfig) -> Result<Self, Error> {
-        let cm = RdmaCm::new(nic.device(), cfg)?;
+    /// What [`Nic::cm_gid`] returns (the device's `query_gid` error).
+    pub fn new(nic: N, cfg: CmConfig) -> Result<Self, Error> {
+        let cm = RdmaCm::with_local_gid(nic.cm_gid()?, cfg);
         Ok(Host {
             nic,
             cm,
@@ -73,13 +128,23 @@ impl Host {
     }
 
     /// The NIC (verbs queries, counters, capture).
-    pub fn nic(&self) -> &SimNic {
+    pub fn nic(&self) -> &N {
         &self.nic
     }
 
     /// The NIC, mutably (verbs calls, `start_capture`/`take_capture`).
-    pub fn nic_mut(&mut self) -> &mut SimNic {
+    pub fn nic_mut(&mut self) -> &mut N {
         &mut self.nic
+    }
+
+    /// The device (verbs calls).
+    pub fn dev(&self) -> &N::Dev {
+        self.nic.device()
+    }
+
+    /// The device, mutably (verbs calls).
+    pub fn dev_mut(&mut self) -> &mut N::Dev {
+        self.nic.device_mut()
     }
 
     /// The CM (state and counter queries).
@@ -89,7 +154,7 @@ impl Host {
 
     /// The CM and the device at once, for the rdma_cm calls that take the device:
     /// `let (cm, dev) = host.split(); cm.connect(dev, now, id, &param)`.
-    pub fn split(&mut self) -> (&mut RdmaCm, &mut SimDevice) {
+    pub fn split(&mut self) -> (&mut RdmaCm, &mut N::Dev) {
         (&mut self.cm, self.nic.device_mut())
     }
 
@@ -100,7 +165,7 @@ impl Host {
     }
 }
 
-impl Endpoint for Host {
+impl<N: Nic> Endpoint for Host<N> {
     /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         if self.pinned.is_some_and(|p| p.ip() == src.ip() && p != src) {

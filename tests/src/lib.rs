@@ -11,6 +11,7 @@ pub mod demo;
 pub mod exec;
 pub mod explore;
 pub mod host;
+pub mod hw_nic;
 pub mod oracle;
 pub mod ping;
 pub mod scenario;

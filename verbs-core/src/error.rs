@@ -8,7 +8,8 @@ use std::fmt;
 
 /// A Linux errno value, numbered as in `<asm-generic/errno-base.h>` / `<asm-generic/errno.h>`.
 ///
-/// Only the values the verbs and rdma_cm calls actually return are listed.
+/// Only the values the verbs and rdma_cm calls actually return are listed; [`Errno::from_raw`]
+/// maps a raw number (from a real libibverbs) back, `None` for one not listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(i32)]
 pub enum Errno {
@@ -18,10 +19,14 @@ pub enum Errno {
     ENOENT = 2,
     /// I/O error (5).
     EIO = 5,
+    /// No such device or address (6).
+    ENXIO = 6,
     /// Resource temporarily unavailable (11): a non-blocking get found nothing.
     EAGAIN = 11,
     /// Out of memory (12): a queue is full (`ibv_post_send` beyond `max_send_wr`).
     ENOMEM = 12,
+    /// Permission denied (13).
+    EACCES = 13,
     /// Bad address (14).
     EFAULT = 14,
     /// Device or resource busy (16): destroying an object still in use.
@@ -36,6 +41,10 @@ pub enum Errno {
     ENOSPC = 28,
     /// Function not implemented (38).
     ENOSYS = 38,
+    /// No data available (61).
+    ENODATA = 61,
+    /// Protocol not supported (93).
+    EPROTONOSUPPORT = 93,
     /// Operation not supported (95).
     EOPNOTSUPP = 95,
     /// Address family not supported (97): an IP-CM header with an IP version other than 4/6.
@@ -60,14 +69,48 @@ impl Errno {
         self as i32
     }
 
+    /// The value of a raw errno number, as a hardware backend receives it from libibverbs;
+    /// `None` for a number this enum does not list (the caller picks a fallback, e.g. `EIO`).
+    pub const fn from_raw(raw: i32) -> Option<Errno> {
+        Some(match raw {
+            1 => Errno::EPERM,
+            2 => Errno::ENOENT,
+            5 => Errno::EIO,
+            6 => Errno::ENXIO,
+            11 => Errno::EAGAIN,
+            12 => Errno::ENOMEM,
+            13 => Errno::EACCES,
+            14 => Errno::EFAULT,
+            16 => Errno::EBUSY,
+            17 => Errno::EEXIST,
+            19 => Errno::ENODEV,
+            22 => Errno::EINVAL,
+            28 => Errno::ENOSPC,
+            38 => Errno::ENOSYS,
+            61 => Errno::ENODATA,
+            93 => Errno::EPROTONOSUPPORT,
+            95 => Errno::EOPNOTSUPP,
+            97 => Errno::EAFNOSUPPORT,
+            98 => Errno::EADDRINUSE,
+            99 => Errno::EADDRNOTAVAIL,
+            101 => Errno::ENETUNREACH,
+            104 => Errno::ECONNRESET,
+            110 => Errno::ETIMEDOUT,
+            111 => Errno::ECONNREFUSED,
+            _ => return None,
+        })
+    }
+
     /// The symbolic name, e.g. `"EINVAL"`.
     pub const fn name(self) -> &'static str {
         match self {
             Errno::EPERM => "EPERM",
             Errno::ENOENT => "ENOENT",
             Errno::EIO => "EIO",
+            Errno::ENXIO => "ENXIO",
             Errno::EAGAIN => "EAGAIN",
             Errno::ENOMEM => "ENOMEM",
+            Errno::EACCES => "EACCES",
             Errno::EFAULT => "EFAULT",
             Errno::EBUSY => "EBUSY",
             Errno::EEXIST => "EEXIST",
@@ -75,6 +118,8 @@ impl Errno {
             Errno::EINVAL => "EINVAL",
             Errno::ENOSPC => "ENOSPC",
             Errno::ENOSYS => "ENOSYS",
+            Errno::ENODATA => "ENODATA",
+            Errno::EPROTONOSUPPORT => "EPROTONOSUPPORT",
             Errno::EOPNOTSUPP => "EOPNOTSUPP",
             Errno::EAFNOSUPPORT => "EAFNOSUPPORT",
             Errno::EADDRINUSE => "EADDRINUSE",
@@ -137,5 +182,23 @@ impl PostError {
     /// The errno, as `ibv_post_send` would return it.
     pub fn errno(&self) -> Errno {
         self.error.errno
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Errno;
+
+    #[test]
+    fn from_raw_inverts_code() {
+        for raw in 0..200 {
+            if let Some(e) = Errno::from_raw(raw) {
+                assert_eq!(e.code(), raw, "{}", e.name());
+            }
+        }
+        assert_eq!(Errno::from_raw(13), Some(Errno::EACCES));
+        assert_eq!(Errno::from_raw(93), Some(Errno::EPROTONOSUPPORT));
+        assert_eq!(Errno::from_raw(0), None);
+        assert_eq!(Errno::from_raw(-22), None);
     }
 }

@@ -6,9 +6,10 @@
 
 use super::session::{pattern, wc_name, Stop};
 use super::{PingOp, Role};
-use crate::host::Host;
+use crate::host::{Host, Nic};
 use bytes::Bytes;
 use rnic_sim::fabric::Endpoint;
+use rnic_sim::nic::SimNic;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use verbs_core::{
@@ -115,7 +116,7 @@ impl Ledger {
     }
 
     /// Posts a receive into `slot`.
-    pub fn post_recv(&mut self, host: &mut Host, slot: u64) -> Result<(), Stop> {
+    pub fn post_recv<N: Nic>(&mut self, host: &mut Host<N>, slot: u64) -> Result<(), Stop> {
         let (qp, mr) = (
             self.qp.ok_or_else(|| no("QP"))?,
             self.mr.ok_or_else(|| no("MR"))?,
@@ -123,7 +124,7 @@ impl Ledger {
         let wr_id = self.next_wr;
         self.next_wr += 1;
         let sge = mr.sge(slot * self.layout.slot, self.layout.slot as u32);
-        host.nic_mut()
+        host.dev_mut()
             .post_recv(qp.handle, &[RecvWr::new(wr_id, vec![sge])])
             .map_err(|e| Stop::Failed(format!("ibv_post_recv: {}", e.error)))?;
         self.recv_out.insert(wr_id, slot);
@@ -131,9 +132,9 @@ impl Ledger {
     }
 
     /// Posts one send WR built by `make(wr_id, mr)`; returns its wr_id.
-    pub fn post_send(
+    pub fn post_send<N: Nic>(
         &mut self,
-        host: &mut Host,
+        host: &mut Host<N>,
         what: &'static str,
         make: impl FnOnce(u64, &Mr) -> SendWr,
     ) -> Result<u64, Stop> {
@@ -143,7 +144,7 @@ impl Ledger {
         );
         let wr_id = SEND_WR | self.next_wr;
         self.next_wr += 1;
-        host.nic_mut()
+        host.dev_mut()
             .post_send(qp.handle, &[make(wr_id, &mr)])
             .map_err(|e| Stop::Failed(format!("ibv_post_send ({what}): {}", e.error)))?;
         self.send_out.insert(wr_id, what);
@@ -152,7 +153,7 @@ impl Ledger {
 
     /// A solicited SEND of `data` from the send buffer (the receiver waits for solicited
     /// completions only).
-    pub fn send(&mut self, host: &mut Host, data: &[u8]) -> Result<u64, Stop> {
+    pub fn send<N: Nic>(&mut self, host: &mut Host<N>, data: &[u8]) -> Result<u64, Stop> {
         self.store(host, self.layout.send, data)?;
         let (off, len) = (self.layout.send, data.len() as u32);
         self.post_send(host, "SEND", |id, mr| {
@@ -162,18 +163,18 @@ impl Ledger {
     }
 
     /// Writes `data` at `offset` of the MR (the application's store).
-    pub fn store(&self, host: &mut Host, offset: u64, data: &[u8]) -> Result<(), Stop> {
+    pub fn store<N: Nic>(&self, host: &mut Host<N>, offset: u64, data: &[u8]) -> Result<(), Stop> {
         let mr = self.mr.ok_or_else(|| no("MR"))?;
-        host.nic_mut()
+        host.dev_mut()
             .mr_write(mr.handle, offset, data)
             .map_err(|e| Stop::Failed(format!("mr_write: {e}")))
     }
 
     /// Reads `len` bytes at `offset` of the MR.
-    pub fn load(&self, host: &Host, offset: u64, len: u32) -> Result<Vec<u8>, Stop> {
+    pub fn load<N: Nic>(&self, host: &Host<N>, offset: u64, len: u32) -> Result<Vec<u8>, Stop> {
         let mr = self.mr.ok_or_else(|| no("MR"))?;
         let mut buf = vec![0u8; len as usize];
-        host.nic()
+        host.dev()
             .mr_read(mr.handle, offset, &mut buf)
             .map_err(|e| Stop::Failed(format!("mr_read: {e}")))?;
         Ok(buf)
@@ -182,10 +183,10 @@ impl Ledger {
     /// Polls the CQ empty; with `arm = Some(solicited_only)` re-arms it and polls again (a
     /// thread that will wait for the channel); books every completion, reads and re-posts
     /// consumed receives. The data phase, stepped on every event, passes `None`.
-    pub fn poll(&mut self, host: &mut Host, arm: Option<bool>) -> Result<(), Stop> {
+    pub fn poll<N: Nic>(&mut self, host: &mut Host<N>, arm: Option<bool>) -> Result<(), Stop> {
         let Some(cq) = self.cq else { return Ok(()) };
         let mut wcs: Vec<WorkCompletion> = Vec::new();
-        let nic = host.nic_mut();
+        let nic = host.dev_mut();
         while nic.poll_cq(cq, 32, &mut wcs).unwrap_or(0) > 0 {}
         if let Some(solicited_only) = arm {
             // Re-arm, then poll again: a completion between the two would not notify.
@@ -198,7 +199,7 @@ impl Ledger {
         Ok(())
     }
 
-    fn complete(&mut self, host: &mut Host, wc: &WorkCompletion) -> Result<(), Stop> {
+    fn complete<N: Nic>(&mut self, host: &mut Host<N>, wc: &WorkCompletion) -> Result<(), Stop> {
         match wc.status {
             WcStatus::Success => self.tally.success += 1,
             WcStatus::WrFlushErr => self.tally.flushed += 1,
@@ -335,8 +336,10 @@ impl DataPhase {
         Ok(())
     }
 
-    /// Polls the CQ and moves as far as the completions allow.
-    pub fn step(&mut self, host: &mut Host, now: SimTime) {
+    /// Polls the CQ and moves as far as the completions allow. On a NIC whose completions
+    /// arrive without the driver ([`Nic::ASYNC_COMPLETIONS`]) the CQ is re-armed each time,
+    /// so that the next completion raises a CQ event that steps the phase again.
+    pub fn step<N: Nic>(&mut self, host: &mut Host<N>, now: SimTime) {
         self.steps += 1;
         if self.outcome.is_some() {
             return;
@@ -346,11 +349,12 @@ impl DataPhase {
         }
     }
 
-    fn advance(&mut self, host: &mut Host, now: SimTime) -> Result<(), Stop> {
+    fn advance<N: Nic>(&mut self, host: &mut Host<N>, now: SimTime) -> Result<(), Stop> {
         let (size, l) = (self.size, self.ledger.layout);
         let p = self.peer;
         loop {
-            self.ledger.poll(host, None)?;
+            self.ledger
+                .poll(host, N::ASYNC_COMPLETIONS.then_some(false))?;
             if let Some(s) = self.ledger.transport_error {
                 return Err(Stop::Transport(s));
             }
@@ -467,25 +471,25 @@ impl DataPhase {
 /// A [`Host`] with the ping application's [`DataPhase`] attached while it runs: the endpoint
 /// the UDP driver runs (behind the fault layer).
 #[derive(Debug)]
-pub struct PingHost {
-    host: Host,
+pub struct PingHost<N: Nic = SimNic> {
+    host: Host<N>,
     /// The running data phase, if any.
     pub data: Option<DataPhase>,
 }
 
-impl PingHost {
+impl<N: Nic> PingHost<N> {
     /// `host` without a data phase.
-    pub fn new(host: Host) -> PingHost {
+    pub fn new(host: Host<N>) -> PingHost<N> {
         PingHost { host, data: None }
     }
 
     /// The host.
-    pub fn host(&self) -> &Host {
+    pub fn host(&self) -> &Host<N> {
         &self.host
     }
 
     /// The host, mutably.
-    pub fn host_mut(&mut self) -> &mut Host {
+    pub fn host_mut(&mut self) -> &mut Host<N> {
         &mut self.host
     }
 
@@ -508,7 +512,7 @@ impl PingHost {
     }
 }
 
-impl Endpoint for PingHost {
+impl<N: Nic> Endpoint for PingHost<N> {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         self.host.handle_datagram(now, src, bytes);
         self.step(now);

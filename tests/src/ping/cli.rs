@@ -1,10 +1,14 @@
 //! The `rnic ping` command line: [`PingArgs`] (clap) and [`main`], which prints the reports
 //! and returns the exit code.
 
+use super::nic::PingNic;
 use super::{
     Client, DisconnectBy, Params, PingError, PingOp, PingReport, Server, SideOptions, WireOptions,
     MAX_RECVS, MAX_SIZE,
 };
+use crate::hw_nic::HwNic;
+use rnic_hw::HwOptions;
+use rnic_sim::nic::SimNic;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,9 +69,21 @@ pub struct PingArgs {
     /// for progress.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
-    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096; on hardware at most the port's
+    /// active MTU).
     #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
     pub mtu: u32,
+    /// Run on this hardware RDMA device (e.g. rxe0, mlx5_0) instead of the simulated RNIC;
+    /// `any` takes the first with an active port. Needs a build with `--features hw`; both
+    /// ends give it. The CM's MADs still use the UDP socket of --listen / the client's.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// With --device: the port (default: the first active one).
+    #[arg(long, value_name = "N", requires = "device")]
+    pub ib_port: Option<u8>,
+    /// With --device: the GID index (default: the RoCEv2 GID of the socket's IPv4 address).
+    #[arg(long, value_name = "N", requires = "device")]
+    pub gid_index: Option<u32>,
 }
 
 /// Parses an MTU in bytes (256, 512, 1024, 2048, 4096).
@@ -119,11 +135,25 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
             a.timeout
         )));
     }
+    let device = a.device.as_ref().map(|name| HwOptions {
+        device: (name != "any").then(|| name.clone()),
+        port: a.ib_port,
+        gid_index: a.gid_index,
+        ip: None,
+    });
+    if device.is_some() && a.kill_peer_after.is_some() {
+        return Err(PingError::Options(
+            "--kill-peer-after cannot be used with --device: it drops what crosses this \
+             process's socket, which on hardware carries only the CM's MADs, not the data"
+                .into(),
+        ));
+    }
     let side = SideOptions {
         recvs: a.recvs,
         kill_peer_after: a.kill_peer_after,
         timeout: Duration::from_secs_f64(a.timeout),
         pcap: a.pcap.clone(),
+        device,
     };
     let wire = WireOptions {
         drop_rate: a.drop_rate,
@@ -131,8 +161,21 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
         fast_timers: a.fast_timers,
         mtu: mtu(a.mtu),
     };
+    match side.device {
+        Some(_) => run_on::<HwNic>(a, &side, &wire),
+        None => run_on::<SimNic>(a, &side, &wire),
+    }
+}
+
+/// The client or server on the NIC `N`.
+fn run_on<N: PingNic>(
+    a: &PingArgs,
+    side: &SideOptions,
+    wire: &WireOptions,
+) -> Result<bool, PingError> {
+    let (side, wire) = (side.clone(), *wire);
     if let Some(server) = a.connect {
-        let mut c = Client::bind(server, &side, &wire)?;
+        let mut c = Client::<N>::bind(server, &side, &wire)?;
         let params = Params {
             op: a.op,
             count: a.count,
@@ -147,7 +190,7 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
     let Some(listen) = a.listen else {
         return Err(PingError::Options("--listen or --connect".into()));
     };
-    let mut s = Server::bind(listen, &side, &wire)?;
+    let mut s = Server::<N>::bind(listen, &side, &wire)?;
     let line = if a.json {
         format!("{{\"listening\":\"{}\"}}\n", s.local_addr())
     } else {

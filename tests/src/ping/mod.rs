@@ -17,6 +17,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod nic;
 pub mod report;
 pub mod session;
 pub mod wire;
@@ -27,6 +28,9 @@ pub use session::{Node, Params};
 use cm_core::api::CmEventType;
 use cm_core::engine::IbCmState;
 use cm_core::wire::RdmaPortSpace;
+use nic::PingNic;
+use rnic_hw::HwOptions;
+use rnic_sim::nic::SimNic;
 use rnic_sim::roce::pcap::PcapWriter;
 use session::Session;
 use std::fs::File;
@@ -56,6 +60,9 @@ pub enum PingError {
     /// The pcap file could not be written.
     #[error("pcap: {0}")]
     Pcap(String),
+    /// The hardware device cannot be used (`--device`).
+    #[error("{0}")]
+    Hardware(#[from] rnic_hw::HwError),
 }
 
 /// Which side of the connection.
@@ -173,6 +180,8 @@ pub struct SideOptions {
     pub timeout: Duration,
     /// Write every datagram this side sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// The hardware RNIC to run on (`--device`; needs a [`nic::PingNic`] that takes one).
+    pub device: Option<HwOptions>,
 }
 
 impl Default for SideOptions {
@@ -182,6 +191,7 @@ impl Default for SideOptions {
             kill_peer_after: None,
             timeout: Duration::from_secs(10),
             pcap: None,
+            device: None,
         }
     }
 }
@@ -228,7 +238,7 @@ impl PcapSink {
         })
     }
 
-    fn write(&mut self, node: &Node) -> Result<(), PingError> {
+    fn write<N: PingNic>(&mut self, node: &Node<N>) -> Result<(), PingError> {
         for c in node.take_capture() {
             self.w
                 .write_datagram(c.at, &c.flow, &c.bytes)
@@ -239,14 +249,14 @@ impl PcapSink {
 }
 
 /// A ping server: a node listening on its UDP socket's address (the rdma_cm port is the UDP
-/// port).
-pub struct Server {
-    node: Node,
+/// port), on the simulated RNIC or (`Server<HwNic>`) a hardware one.
+pub struct Server<N: PingNic = SimNic> {
+    node: Node<N>,
     side: SideOptions,
     pcap: Option<PcapSink>,
 }
 
-impl Server {
+impl<N: PingNic> Server<N> {
     /// Binds `listen` (a concrete IP; port 0 for any) and listens.
     ///
     /// # Errors
@@ -255,11 +265,17 @@ impl Server {
         listen: SocketAddr,
         side: &SideOptions,
         wire: &WireOptions,
-    ) -> Result<Server, PingError> {
+    ) -> Result<Server<N>, PingError> {
         side.validate()?;
         validate_wire(wire)?;
         let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
-        let node = Node::new("sim-server", listen, wire, pcap.is_some())?;
+        let node = Node::new(
+            "sim-server",
+            listen,
+            wire,
+            side.device.as_ref(),
+            pcap.is_some(),
+        )?;
         let (addr, ch) = (node.local_addr(), node.channel());
         node.handle().with(|ep, _| {
             let (cm, _) = ep.inner_mut().host_mut().split();
@@ -280,7 +296,7 @@ impl Server {
     }
 
     /// The node (for the demo's common timeline).
-    pub fn node(&self) -> &Node {
+    pub fn node(&self) -> &Node<N> {
         &self.node
     }
 
@@ -388,20 +404,21 @@ impl Server {
 /// ID: each process is a simulated RNIC, and its GID is its IP, so two clients on 127.0.0.1
 /// would share a GID and the server could not tell their packets' destinations apart (real
 /// RNICs never share an IP). Every 127/8 address is the loopback interface on Linux.
-fn own_loopback_ip() -> IpAddr {
+pub(crate) fn own_loopback_ip() -> IpAddr {
     let pid = std::process::id();
     let a = 1 + ((pid >> 16) % 254) as u8;
     IpAddr::from([127, a, (pid >> 8) as u8, pid as u8])
 }
 
-/// A ping client: a node on a socket of the local IP that routes to the server.
-pub struct Client {
-    node: Node,
+/// A ping client: a node on a socket of the local IP that routes to the server, on the
+/// simulated RNIC or (`Client<HwNic>`) a hardware one.
+pub struct Client<N: PingNic = SimNic> {
+    node: Node<N>,
     side: SideOptions,
     pcap: Option<PcapSink>,
 }
 
-impl Client {
+impl<N: PingNic> Client<N> {
     /// Binds a UDP socket (any port) on the local address the OS would use to reach `server`.
     ///
     /// # Errors
@@ -411,7 +428,7 @@ impl Client {
         server: SocketAddr,
         side: &SideOptions,
         wire: &WireOptions,
-    ) -> Result<Client, PingError> {
+    ) -> Result<Client<N>, PingError> {
         side.validate()?;
         validate_wire(wire)?;
         if server.ip().is_unspecified() || server.port() == 0 {
@@ -427,13 +444,16 @@ impl Client {
             0,
         ))?;
         probe.connect(server)?;
-        let ip = match probe.local_addr()?.ip() {
-            IpAddr::V4(v4) if v4.is_loopback() => own_loopback_ip(),
-            ip => ip,
-        };
+        let ip = N::client_ip(probe.local_addr()?.ip(), side.device.as_ref())?;
         drop(probe);
         let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
-        let node = Node::new("sim-client", SocketAddr::new(ip, 0), wire, pcap.is_some())?;
+        let node = Node::new(
+            "sim-client",
+            SocketAddr::new(ip, 0),
+            wire,
+            side.device.as_ref(),
+            pcap.is_some(),
+        )?;
         node.set_peer(server);
         Ok(Client {
             node,
@@ -443,7 +463,7 @@ impl Client {
     }
 
     /// The node (for the demo's common timeline).
-    pub fn node(&self) -> &Node {
+    pub fn node(&self) -> &Node<N> {
         &self.node
     }
 

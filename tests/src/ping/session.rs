@@ -7,6 +7,7 @@
 //! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
 use super::app::{compare, DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
+use super::nic::{DeviceWaker, PingNic};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
     TimelineEntry, WireRecord,
@@ -16,9 +17,9 @@ use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
 use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel};
 use cm_core::engine::{CmConfig, IbCmState};
+use rnic_hw::HwOptions;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
-use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -28,7 +29,7 @@ use verbs_core::{
 };
 
 /// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
-pub type PingEndpoint = FaultyEndpoint<PingHost>;
+pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
@@ -97,9 +98,12 @@ pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
     }
 }
 
-/// A simulated host (SimNic + RdmaCm) behind the fault layer, running on a real UDP socket.
-pub struct Node {
-    driver: SpawnedUdpDriver<PingEndpoint>,
+/// A host (a NIC + RdmaCm) behind the fault layer, running on a real UDP socket: the
+/// simulated RNIC by default, or a hardware RNIC whose events a second thread waits for
+/// ([`DeviceWaker`]).
+pub struct Node<N: PingNic = SimNic> {
+    driver: SpawnedUdpDriver<PingEndpoint<N>>,
+    waker: Option<DeviceWaker>,
     ch: EventChannel,
     pd: PdHandle,
     cfg: CmConfig,
@@ -110,18 +114,21 @@ pub struct Node {
     deferred: RefCell<VecDeque<CmEvent>>,
 }
 
-impl Node {
+impl<N: PingNic> Node<N> {
     /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
-    /// the socket's IP; peers are learned from the wire ([`Host::set_learn_peers`]).
+    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
+    /// learned from the wire ([`Host::set_learn_peers`]).
     ///
     /// # Errors
-    /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device.
+    /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device;
+    /// [`PingError::Hardware`] if the hardware device cannot be opened.
     pub fn new(
         name: &str,
         bind: SocketAddr,
         wire: &WireOptions,
+        device: Option<&HwOptions>,
         capture: bool,
-    ) -> Result<Node, PingError> {
+    ) -> Result<Node<N>, PingError> {
         if bind.ip().is_unspecified() {
             return Err(PingError::Options(format!(
                 "{bind}: give a concrete IP address (the simulated RNIC's GID is derived from it)"
@@ -129,13 +136,12 @@ impl Node {
         }
         let socket = std::net::UdpSocket::bind(bind)?;
         let addr = socket.local_addr()?;
-        let mut dcfg = SimDeviceConfig::new(name, Gid::from_ip(addr.ip()));
-        dcfg.active_mtu = wire.mtu;
-        let mut nic = SimNic::new(SimDevice::new(dcfg), addr);
+        let mut nic = N::open(name, addr, wire, device)?;
         if capture {
             nic.start_capture();
         }
-        let pd = nic.alloc_pd()?;
+        let pd = nic.device_mut().alloc_pd()?;
+        let waiter = nic.event_waiter()?;
         let cfg = cm_config(addr, wire);
         let mut host = Host::new(nic, cfg)?;
         host.set_learn_peers(true);
@@ -146,21 +152,27 @@ impl Node {
         // only: ACKs and other traffic do not wake it.
         let comp = CompChannel::new();
         let events = comp.clone();
-        driver.handle().set_wake_filter(move |ep: &PingEndpoint| {
-            let mut any = false;
-            while events.try_get_cq_event().is_ok() {
-                any = true;
-            }
-            let h = ep.inner();
-            let cm = h.host().cm().pending_events(ch) > 0;
-            match &h.data {
-                // The data phase runs in the driver: wake the application when it settles.
-                Some(d) => cm || d.outcome.is_some(),
-                None => any || cm,
-            }
-        });
+        driver
+            .handle()
+            .set_wake_filter(move |ep: &PingEndpoint<N>| {
+                let mut any = false;
+                while events.try_get_cq_event().is_ok() {
+                    any = true;
+                }
+                let h = ep.inner();
+                let cm = h.host().cm().pending_events(ch) > 0;
+                match &h.data {
+                    // The data phase runs in the driver: wake the application when it settles.
+                    Some(d) => cm || d.outcome.is_some(),
+                    None => any || cm,
+                }
+            });
+        let waker = waiter
+            .map(|w| DeviceWaker::spawn(w, driver.handle().clone(), comp.clone()))
+            .transpose()?;
         Ok(Node {
             driver,
+            waker,
             ch,
             pd,
             cfg,
@@ -175,7 +187,7 @@ impl Node {
     }
 
     /// The driver handle.
-    pub fn handle(&self) -> &UdpHandle<PingEndpoint> {
+    pub fn handle(&self) -> &UdpHandle<PingEndpoint<N>> {
         self.driver.handle()
     }
 
@@ -213,7 +225,7 @@ impl Node {
     /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
     /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
     /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
-    fn own_events(&self, ep: &mut PingEndpoint, now: SimTime, id: CmIdHandle) -> Vec<CmEvent> {
+    fn own_events(&self, ep: &mut PingEndpoint<N>, now: SimTime, id: CmIdHandle) -> Vec<CmEvent> {
         let mut own = Vec::new();
         while let Some(ev) = get_event(ep, now, self.ch) {
             if ev.id == id {
@@ -240,14 +252,21 @@ impl Node {
     ///
     /// # Errors
     /// The driver's receive error, if it ended with one.
-    pub fn shutdown(self) -> Result<(), PingError> {
+    pub fn shutdown(mut self) -> Result<(), PingError> {
+        if let Some(w) = self.waker.take() {
+            w.stop();
+        }
         Ok(self.driver.shutdown()?)
     }
 }
 
 /// `rdma_get_cm_event` + `rdma_ack_cm_event`. Fetching a CONNECT_RESPONSE sends the RTU
 /// (librdmacm's work at fetch time); the driver transmits it when the caller's `with` ends.
-fn get_event(ep: &mut PingEndpoint, now: SimTime, ch: EventChannel) -> Option<CmEvent> {
+fn get_event<N: PingNic>(
+    ep: &mut PingEndpoint<N>,
+    now: SimTime,
+    ch: EventChannel,
+) -> Option<CmEvent> {
     let (cm, dev) = ep.inner_mut().host_mut().split();
     let ev = cm.get_cm_event(dev, now, ch).ok()?;
     // Acking an event we hold cannot fail; nothing to do if it did.
@@ -307,8 +326,8 @@ pub fn pattern(i: u32, k: u8, len: u32) -> Vec<u8> {
 
 /// One side of one connection. Built by the client after `rdma_resolve_addr` and by the server
 /// on CONNECT_REQUEST; [`Session::run`] does the rest.
-pub struct Session<'a> {
-    node: &'a Node,
+pub struct Session<'a, N: PingNic = SimNic> {
+    node: &'a Node<N>,
     role: Role,
     params: Params,
     recvs: u32,
@@ -338,12 +357,12 @@ pub struct Session<'a> {
     wire_start: WireRecord,
 }
 
-impl<'a> Session<'a> {
+impl<'a, N: PingNic> Session<'a, N> {
     /// A session on `node` for the id `id` (client: address resolved; server: from a
     /// CONNECT_REQUEST whose private data gave `params`). `t0` is when the connection started.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        node: &'a Node,
+        node: &'a Node<N>,
         role: Role,
         id: CmIdHandle,
         peer: SocketAddr,
@@ -351,7 +370,7 @@ impl<'a> Session<'a> {
         side: &super::SideOptions,
         t0: SimTime,
         setup_events: Vec<CmEvent>,
-    ) -> Session<'a> {
+    ) -> Session<'a, N> {
         let recvs = side.recvs.max(1);
         let wire_start = wire_counters(node);
         let mut s = Session {
@@ -387,7 +406,7 @@ impl<'a> Session<'a> {
         s
     }
 
-    fn h(&self) -> &UdpHandle<PingEndpoint> {
+    fn h(&self) -> &UdpHandle<PingEndpoint<N>> {
         self.node.handle()
     }
 
@@ -414,7 +433,7 @@ impl<'a> Session<'a> {
         let qp = self.l.qp?;
         let st = self
             .h()
-            .with(|ep, _| ep.inner().host().nic().query_qp(qp.handle).ok())
+            .with(|ep, _| ep.inner().host().dev().query_qp(qp.handle).ok())
             .map(|(a, _)| a.qp_state)?;
         self.qp_states.push(QpStateRecord {
             when: when.to_string(),
@@ -490,7 +509,7 @@ impl<'a> Session<'a> {
 
     /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
     /// `--timeout` without progress ends the wait with the reason.
-    fn wait(&mut self, what: &str, cond: impl Fn(&Session<'_>) -> bool) -> Result<(), Stop> {
+    fn wait(&mut self, what: &str, cond: impl Fn(&Session<'_, N>) -> bool) -> Result<(), Stop> {
         let limit = self.h().now().plus_nanos(self.timeout.as_nanos() as u64);
         loop {
             self.pump()?;
@@ -1064,7 +1083,7 @@ pub fn conn_param() -> ConnParam {
 }
 
 /// The node's wire counters since it started.
-fn wire_counters(node: &Node) -> WireRecord {
+fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
     node.handle().with(|ep, _| {
         let host = ep.inner().host();
         let nic = host.nic().datagram_counters();
@@ -1074,7 +1093,7 @@ fn wire_counters(node: &Node) -> WireRecord {
             faults: ep.stats(),
             other_client_drops: host.foreign_drops(),
             cm_retransmits: host.cm().counters().tx_retransmits,
-            rc_retransmits: host.nic().device().counters().retries,
+            rc_retransmits: host.nic().rc_retransmits(),
         }
     })
 }

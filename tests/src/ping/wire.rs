@@ -80,10 +80,17 @@ impl<E> FaultyEndpoint<E> {
         self.stats
     }
 
-    /// Incremented by every datagram and timeout the driver hands in: a waiter that saw
+    /// Incremented by every datagram and timeout the driver hands in (and every
+    /// [`note_event`](Self::note_event)): a waiter that saw
     /// generation `g` has something new to look at once this differs from `g`.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// Something the driver does not see happened (a hardware device's completion): a new
+    /// [`generation`](Self::generation) for waiters.
+    pub fn note_event(&mut self) {
+        self.generation += 1;
     }
 
     fn lose(&mut self) -> bool {

@@ -1,0 +1,136 @@
+//! The two event sources of a context: the completion channel (`ibv_get_cq_event`) and the
+//! async fd (`ibv_get_async_event`). Both descriptors are non-blocking, so each call returns at
+//! once; every event is acknowledged as soon as it is read, so `ibv_destroy_cq` and
+//! `ibv_destroy_qp` never wait for an acknowledgement.
+
+use super::{sys, Verbs};
+use std::os::fd::RawFd;
+use std::ptr::{null_mut, NonNull};
+use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle};
+
+/// `struct ibv_async_event` with `event_type` as the plain `enum` integer it is in C:
+/// rdma-mummy-sys declares it as a Rust enum, which a value unknown to it (a newer kernel's
+/// event) would make undefined behaviour to read.
+#[repr(C)]
+struct RawAsyncEvent {
+    element: sys::ibv_async_event_element_t,
+    event_type: u32,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<RawAsyncEvent>() == std::mem::size_of::<sys::ibv_async_event>());
+    assert!(std::mem::align_of::<RawAsyncEvent>() == std::mem::align_of::<sys::ibv_async_event>());
+};
+
+impl Verbs {
+    /// The descriptors a driver polls for readability: the completion channel's, then the
+    /// async fd (if the library has one).
+    pub(crate) fn event_fds(&self) -> Vec<RawFd> {
+        let async_fd = self.ctx.async_fd();
+        let mut fds = vec![self.channel_fd()];
+        if async_fd >= 0 {
+            fds.push(async_fd);
+        }
+        fds
+    }
+
+    /// The next CQ event, acknowledged: `None` when none is pending (`EAGAIN`) or the call
+    /// fails; `Some(None)` for an event of a CQ this device does not know (acknowledged and
+    /// dropped).
+    pub(crate) fn next_cq_event(&mut self) -> Option<Option<CqHandle>> {
+        let mut cq: *mut sys::ibv_cq = null_mut();
+        let mut cq_context: *mut libc::c_void = null_mut();
+        // SAFETY: the context's live channel, non-blocking; two writable out-pointers.
+        let ret = unsafe { sys::ibv_get_cq_event(self.channel.as_ptr(), &mut cq, &mut cq_context) };
+        if ret != 0 {
+            return None;
+        }
+        let cq = NonNull::new(cq)?;
+        // SAFETY: the CQ the event is for, live until its events are acknowledged (here, once
+        // per event read, as man:ibv_get_cq_event.3 requires).
+        unsafe { sys::ibv_ack_cq_events(cq.as_ptr(), 1) };
+        let h = u32::try_from(cq_context.addr()).ok();
+        Some(
+            h.filter(|&h| self.cqs.get(h).is_some_and(|e| e.cq == cq))
+                .map(CqHandle),
+        )
+    }
+
+    /// The next async event, acknowledged and converted: `None` when none is pending or the
+    /// call fails (`EOPNOTSUPP` where the library has no async events); `Some(None)` for an
+    /// event type verbs-core does not name (acknowledged and dropped).
+    ///
+    /// The element is read by event type (man:ibv_get_async_event.3): QP events give the QP's
+    /// number, `CQ_ERR` the CQ's handle, port events the port; device events, and SRQ and WQ
+    /// events (this device creates neither), are [`AsyncElement::Device`].
+    pub(crate) fn next_async_event(&mut self) -> Option<Option<AsyncEvent>> {
+        let mut ev = RawAsyncEvent {
+            element: sys::ibv_async_event_element_t { cq: null_mut() },
+            event_type: 0,
+        };
+        let p = (&raw mut ev).cast::<sys::ibv_async_event>();
+        // SAFETY: a live context with a non-blocking async fd; `ev` has the layout of
+        // `struct ibv_async_event` (checked above) and is writable.
+        let ret = unsafe { sys::ibv_get_async_event(self.ctx.as_ptr(), p) };
+        if ret != 0 {
+            return None;
+        }
+        let ty = u8::try_from(ev.event_type)
+            .ok()
+            .and_then(AsyncEventType::from_raw);
+        let event = ty.map(|t| AsyncEvent {
+            event_type: t,
+            element: self.element(t, &ev),
+        });
+        // SAFETY: the event just returned, acknowledged once; libibverbs reads only its type
+        // and element.
+        unsafe { sys::ibv_ack_async_event(p) };
+        Some(event)
+    }
+
+    /// What an event of type `t` is about (read before the event is acknowledged, while the
+    /// object it names is guaranteed alive).
+    fn element(&self, t: AsyncEventType, ev: &RawAsyncEvent) -> AsyncElement {
+        use AsyncEventType as T;
+        match t {
+            T::QpFatal
+            | T::QpReqErr
+            | T::QpAccessErr
+            | T::CommEst
+            | T::SqDrained
+            | T::PathMig
+            | T::PathMigErr
+            | T::QpLastWqeReached => {
+                // SAFETY: for QP events libibverbs sets `element.qp`.
+                let qp = unsafe { ev.element.qp };
+                match NonNull::new(qp) {
+                    // SAFETY: the QP of an unacknowledged event is alive.
+                    Some(qp) => AsyncElement::Qp(unsafe { (*qp.as_ptr()).qp_num }),
+                    None => AsyncElement::Device,
+                }
+            }
+            T::CqErr => {
+                // SAFETY: for CQ events libibverbs sets `element.cq`.
+                let cq = unsafe { ev.element.cq };
+                self.cqs
+                    .iter()
+                    .find(|(_, e)| e.cq.as_ptr() == cq)
+                    .map_or(AsyncElement::Device, |(h, _)| AsyncElement::Cq(CqHandle(h)))
+            }
+            T::PortActive
+            | T::PortErr
+            | T::LidChange
+            | T::PkeyChange
+            | T::SmChange
+            | T::ClientReregister
+            | T::GidChange => {
+                // SAFETY: for port events libibverbs sets `element.port_num`.
+                let port = unsafe { ev.element.port_num };
+                u8::try_from(port).map_or(AsyncElement::Device, AsyncElement::Port)
+            }
+            T::DeviceFatal | T::DeviceSpeedChange | T::SrqErr | T::SrqLimitReached | T::WqFatal => {
+                AsyncElement::Device
+            }
+        }
+    }
+}
