@@ -18,6 +18,11 @@
 //! * `user_memory.c`: an RDMA WRITE lands in the peer's malloc'd buffer, exactly on its range;
 //!   an RDMA READ returns what the application stored after registration; out of range is
 //!   REM_ACCESS_ERR.
+//! * `async_event.c`: `ctx->async_fd` is not readable before any event; overrunning a CQ of one
+//!   entry (two signaled WRITEs) makes it readable; `ibv_get_async_event` returns
+//!   `IBV_EVENT_CQ_ERR` with `element.cq` that CQ; then, O_NONBLOCK, -1/EAGAIN and not
+//!   readable; a WRITE to a QP in RTR gives `IBV_EVENT_COMM_EST` with `element.qp` that QP; the
+//!   event of a QP destroyed before it is read is skipped (EAGAIN, not readable).
 //! * `cm_channel.c`: an O_NONBLOCK event channel gives EAGAIN; `rdma_resolve_addr` makes the
 //!   fd readable with ADDR_RESOLVED (status 0); `rdma_destroy_id` blocks until another thread
 //!   acks the id's event; a NULL channel (synchronous id) is EOPNOTSUPP (documented).
@@ -413,6 +418,24 @@ fn cm_teardown_two_processes() {
             "server_teardown",
             "client_teardown",
             "client_exit_status",
+        ],
+    );
+}
+
+#[test]
+fn async_events_through_async_fd() {
+    check(
+        "async_event",
+        48,
+        &[],
+        &[
+            "fd_not_readable_before_event",
+            "cq_overrun_makes_fd_readable",
+            "get_async_event_cq_err",
+            "nonblocking_eagain_when_drained",
+            "get_async_event_comm_est_qp",
+            "event_of_destroyed_qp_skipped",
+            "teardown",
         ],
     );
 }

@@ -13,8 +13,9 @@ const RXE_HINT: &str = "create a soft-RoCE one with `rdma link add rxe0 type rxe
 pub enum HwError {
     /// The crate was built without its `hw` feature, so it has no libibverbs backend.
     #[error(
-        "rnic-hw was built without its `hw` feature, so it cannot use an RDMA NIC \
-         (rebuild with `--features hw`; that needs cmake and libclang-dev)"
+        "this build has no hardware backend (the `hw` feature of rnic-hw) and cannot use an \
+         RDMA NIC: rebuild with `--features hw`, e.g. `cargo run --release --features hw \
+         --bin rnic` (building needs cmake and libclang-dev)"
     )]
     NotBuilt,
     /// `libibverbs.so.1` could not be loaded when the process started (rdma-mummy-sys then

@@ -7,10 +7,11 @@
 
 mod common;
 
-use common::{all_access, collect, connect, is_child, run_child, wait_readable, Lib};
+use common::{all_access, collect, connect, is_child, run_child, to_rtr, wait_readable, Lib};
 use rnic_hw::{EventWaiter, HwDevice, HwOptions};
 use std::net::Ipv4Addr;
 use std::time::Duration;
+use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType};
 use verbs_core::{
     CompChannel, Device, Errno, Gid, Mtu, PortState, QpAttr, QpAttrMask, QpCap, QpInitAttr,
     QpState, RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, LINK_LAYER_ETHERNET,
@@ -330,4 +331,66 @@ fn error_state_flushes_posted_receives_in_order() {
         Err(std::io::ErrorKind::BrokenPipe),
         "librnic's channel hangs up"
     );
+}
+
+/// Waits (at most 10 s) for the next async event: `poll(2)` on the device's descriptors,
+/// `process_events`, then the trait's `get_async_event`.
+fn next_async_event(dev: &mut HwDevice) -> AsyncEvent {
+    for _ in 0..100 {
+        if let Some(e) = dev.get_async_event() {
+            return e;
+        }
+        if wait_readable(&dev.event_fds(), 100) {
+            dev.process_events();
+        }
+    }
+    panic!("no async event after 10 s");
+}
+
+/// Async events through the context's async fd: a CQ overrun raises `CQ_ERR` on that CQ, and
+/// the first packet reaching a QP still in RTR raises `COMM_EST` on that QP (librnic's
+/// simulated RNIC raises both; cm-spec §5).
+#[test]
+fn async_events_name_their_cq_and_qp() {
+    const NAME: &str = "async_events_name_their_cq_and_qp";
+    if !is_child(NAME) {
+        return run_child(NAME, "127.0.0.47", Lib::Rnic);
+    }
+    let mut dev = open(Ipv4Addr::new(127, 0, 0, 47));
+    let pd = dev.alloc_pd().unwrap();
+    let mr = dev.reg_mr(pd, 4096, all_access()).unwrap();
+    let small = dev.create_cq(1, None).unwrap();
+    let cq = dev.create_cq(32, None).unwrap();
+    let cap = QpCap::uniform(8, 1, 0);
+    let qa = dev
+        .create_qp(pd, &QpInitAttr::rc(small, cq, cap, true))
+        .unwrap();
+    let qb = dev
+        .create_qp(pd, &QpInitAttr::rc(cq, cq, cap, true))
+        .unwrap();
+    let gid = dev.gid();
+    assert_eq!(dev.get_async_event(), None);
+
+    // qb stays in RTR: qa's first WRITE reaching it is COMM_EST on qb.
+    connect(&mut dev, qa.handle, qb.qp_num, gid);
+    to_rtr(&mut dev, qb.handle, qa.qp_num, gid);
+    let write = |id| SendWr::rdma_write(id, vec![mr.sge(0, 8)], mr.addr + 64, mr.rkey);
+    dev.post_send(qa.handle, &[write(1)]).unwrap();
+    assert_eq!(
+        next_async_event(&mut dev),
+        AsyncEvent {
+            event_type: AsyncEventType::CommEst,
+            element: AsyncElement::Qp(qb.qp_num),
+        }
+    );
+    // Two signaled completions into a one-entry CQ: CQ_ERR on that CQ.
+    dev.post_send(qa.handle, &[write(2)]).unwrap();
+    assert_eq!(
+        next_async_event(&mut dev),
+        AsyncEvent {
+            event_type: AsyncEventType::CqErr,
+            element: AsyncElement::Cq(small),
+        }
+    );
+    assert_eq!(dev.get_async_event(), None);
 }

@@ -38,6 +38,35 @@ pub struct Captured {
     pub bytes: Bytes,
 }
 
+/// A recording of the datagrams a NIC sent and received, off until [`start`](Self::start)
+/// (for pcap export).
+#[derive(Debug, Clone, Default)]
+pub struct Capture(Option<Vec<Captured>>);
+
+impl Capture {
+    /// Starts recording.
+    pub fn start(&mut self) {
+        self.0.get_or_insert_with(Vec::new);
+    }
+
+    /// The datagrams recorded since [`start`](Self::start) or the last take, leaving the
+    /// recording on and empty.
+    pub fn take(&mut self) -> Vec<Captured> {
+        self.0.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Records one datagram of `flow` at `at`, if recording.
+    pub fn record(&mut self, at: SimTime, flow: Flow, bytes: &Bytes) {
+        if let Some(c) = self.0.as_mut() {
+            c.push(Captured {
+                at,
+                flow,
+                bytes: bytes.clone(),
+            });
+        }
+    }
+}
+
 /// A simulated RNIC attached to a wire at `addr`. Dereferences to its [`SimDevice`], so verbs
 /// calls go straight to the device.
 #[derive(Debug)]
@@ -48,7 +77,7 @@ pub struct SimNic {
     peers: BTreeMap<Gid, SocketAddr>,
     check_icrc: bool,
     counters: NicCounters,
-    capture: Option<Vec<Captured>>,
+    capture: Capture,
 }
 
 impl SimNic {
@@ -61,7 +90,7 @@ impl SimNic {
             peers: BTreeMap::new(),
             check_icrc: true,
             counters: NicCounters::default(),
-            capture: None,
+            capture: Capture::default(),
         }
     }
 
@@ -84,16 +113,13 @@ impl SimNic {
 
     /// Starts recording every datagram sent and received (for pcap export).
     pub fn start_capture(&mut self) {
-        self.capture.get_or_insert_with(Vec::new);
+        self.capture.start();
     }
 
     /// The datagrams recorded since [`start_capture`](Self::start_capture), leaving the
     /// recording on and empty.
     pub fn take_capture(&mut self) -> Vec<Captured> {
-        self.capture
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.capture.take()
     }
 
     /// Datagram counters (encode/decode). The device's own transport counters are
@@ -133,16 +159,6 @@ impl SimNic {
             .map(|(g, _)| *g)
             .unwrap_or_else(|| Gid::from_ip(src.ip()))
     }
-
-    fn record(&mut self, at: SimTime, flow: Flow, bytes: &Bytes) {
-        if let Some(c) = self.capture.as_mut() {
-            c.push(Captured {
-                at,
-                flow,
-                bytes: bytes.clone(),
-            });
-        }
-    }
 }
 
 impl std::ops::Deref for SimNic {
@@ -161,7 +177,7 @@ impl std::ops::DerefMut for SimNic {
 impl Endpoint for SimNic {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         let flow = Flow::new(src, self.addr);
-        self.record(now, flow, &bytes);
+        self.capture.record(now, flow, &bytes);
         match decode_bytes(&bytes, &flow, self.check_icrc) {
             Ok(packet) => {
                 self.counters.rx_datagrams += 1;
@@ -184,7 +200,7 @@ impl Endpoint for SimNic {
                 Ok(b) => {
                     let bytes = b.freeze();
                     self.counters.tx_datagrams += 1;
-                    self.record(now, flow, &bytes);
+                    self.capture.record(now, flow, &bytes);
                     return Some((dst, bytes));
                 }
                 Err(e) => {

@@ -15,7 +15,7 @@ use crate::host::Nic;
 use bytes::Bytes;
 use rnic_hw::HwDevice;
 use rnic_sim::fabric::Endpoint;
-use rnic_sim::nic::{Captured, NicCounters};
+use rnic_sim::nic::{Capture, Captured, NicCounters};
 use rnic_sim::roce::{decode_bytes, encode, Flow};
 use rnic_sim::{gsi_packet, gsi_payload, psn_add, GSI_QPN};
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub struct HwNic {
     counters: NicCounters,
     /// Datagrams that decoded but were not a MAD for QP1.
     not_gsi: u64,
-    capture: Option<Vec<Captured>>,
+    capture: Capture,
 }
 
 impl std::fmt::Debug for HwNic {
@@ -55,7 +55,7 @@ impl HwNic {
             psn: 0,
             counters: NicCounters::default(),
             not_gsi: 0,
-            capture: None,
+            capture: Capture::default(),
         }
     }
 
@@ -67,15 +67,12 @@ impl HwNic {
 
     /// Records every datagram of the CM socket from now on.
     pub fn start_capture(&mut self) {
-        self.capture.get_or_insert_with(Vec::new);
+        self.capture.start();
     }
 
     /// The datagrams recorded since the last call.
     pub fn take_capture(&mut self) -> Vec<Captured> {
-        self.capture
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.capture.take()
     }
 
     /// The CM socket's datagram counters (decode errors include datagrams that were not a
@@ -86,16 +83,6 @@ impl HwNic {
             ..self.counters
         }
     }
-
-    fn record(&mut self, at: SimTime, flow: Flow, bytes: &Bytes) {
-        if let Some(c) = self.capture.as_mut() {
-            c.push(Captured {
-                at,
-                flow,
-                bytes: bytes.clone(),
-            });
-        }
-    }
 }
 
 impl Endpoint for HwNic {
@@ -103,7 +90,7 @@ impl Endpoint for HwNic {
     /// queue; anything else is counted and dropped.
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         let flow = Flow::new(src, self.addr);
-        self.record(now, flow, &bytes);
+        self.capture.record(now, flow, &bytes);
         let Ok(packet) = decode_bytes(&bytes, &flow, true) else {
             self.counters.rx_decode_errors += 1;
             return;
@@ -137,7 +124,7 @@ impl Endpoint for HwNic {
                 Ok(b) => {
                     let bytes = b.freeze();
                     self.counters.tx_datagrams += 1;
-                    self.record(now, flow, &bytes);
+                    self.capture.record(now, flow, &bytes);
                     return Some((dst, bytes));
                 }
                 Err(_) => self.counters.tx_encode_errors += 1,

@@ -17,6 +17,8 @@
 
 use std::process::{Command, Output};
 
+mod ping_report;
+
 const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
@@ -43,6 +45,7 @@ fn device_without_the_hw_feature_is_a_clear_error() {
 
 #[cfg(feature = "hw")]
 mod hw {
+    use super::ping_report::{events, report};
     use super::{run, RNIC};
     use serde_json::Value;
     use std::io::{BufRead, BufReader, Read};
@@ -192,25 +195,6 @@ mod hw {
         }
     }
 
-    fn report(out: &str) -> Value {
-        out.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v.get("verdict").is_some())
-            .unwrap_or_else(|| panic!("no JSON report in:\n{out}"))
-    }
-
-    fn events(r: &Value) -> Vec<(String, i64)> {
-        r["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                let name = e["event"].as_str().unwrap().to_string();
-                (name, e["status"].as_i64().unwrap())
-            })
-            .collect()
-    }
-
     /// One librnic counter from its `RNIC_STATS=1` dump on stderr, e.g. `tx_datagrams`.
     fn librnic_counter(stderr: &str, line: &str, name: &str) -> u64 {
         let l = stderr
@@ -229,12 +213,24 @@ mod hw {
     /// Both ends on the backend: connect, `count` verified iterations of `op`, disconnect by
     /// `by`, with every posted receive flushed; and (on librnic) the data crossed the device,
     /// not the ping socket, whose CM MADs never reached librnic's own QP1.
-    fn ping_pair(base: u8, op: &str, by: &str, count: u64, size: u64) {
+    /// Returns the server's address; the client's datagrams are in `pcap` if given.
+    fn ping_pair(
+        base: u8,
+        op: &str,
+        by: &str,
+        count: u64,
+        size: u64,
+        pcap: Option<&Path>,
+    ) -> SocketAddr {
         let t = Target::new(base);
         let common = ["--fast-timers", "--recvs", "4"];
         let s = spawn_server(&t, &common);
-        let (code, out, err) = run(t
-            .ping(&t.client_ip)
+        let server = s.addr;
+        let mut client = t.ping(&t.client_ip);
+        if let Some(p) = pcap {
+            client.arg("--pcap").arg(p);
+        }
+        let (code, out, err) = run(client
             .args(["--connect", &s.addr.to_string(), "--json"])
             .args(["--op", op, "--disconnect-by", by])
             .args(["--count", &count.to_string(), "--size", &size.to_string()])
@@ -280,21 +276,51 @@ mod hw {
                 assert_eq!(librnic_counter(stderr, "cm", "rx_mads"), 0, "{stderr}");
             }
         }
+        server
     }
 
+    /// …and the client's capture of the CM socket decodes in tshark as the CM exchange:
+    /// REQ, REP, RTU, then DREQ and DREP, nothing else (the data never crossed it).
     #[test]
     fn ping_all_ops_client_disconnects() {
-        ping_pair(61, "all", "client", 20, 4096);
+        let pcap = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hw-client.pcap");
+        let server = ping_pair(61, "all", "client", 20, 4096, Some(&pcap));
+        if Command::new("tshark").arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("RNIC_REQUIRE_TSHARK").is_none(),
+                "RNIC_REQUIRE_TSHARK is set but tshark is not on PATH"
+            );
+            println!("SKIP: tshark not installed: the capture is not decoded");
+            return;
+        }
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(&pcap)
+            .args(["-d", &format!("udp.port=={},infiniband", server.port())])
+            .args(["-T", "fields", "-e", "infiniband.mad.attributeid"])
+            .output()
+            .unwrap();
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        // CM attribute IDs: REQ 0x10, REP 0x13, RTU 0x14, DREQ 0x15, DREP 0x16.
+        assert_eq!(
+            ids,
+            ["0x0010", "0x0013", "0x0014", "0x0015", "0x0016"],
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]
     fn ping_send_server_disconnects() {
-        ping_pair(63, "send", "server", 50, 64);
+        ping_pair(63, "send", "server", 50, 64, None);
     }
 
     #[test]
     fn ping_write_large_messages() {
-        ping_pair(65, "write", "client", 10, 65536);
+        ping_pair(65, "write", "client", 10, 65536, None);
     }
 
     /// No device by that name: the answer names the devices there are.

@@ -10,6 +10,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
+mod ping_report;
+
+use ping_report::{events, report};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -93,28 +96,6 @@ fn ping_pair(server_args: &[&str], client_args: &[&str]) -> ((i32, String), (i32
     let s = spawn_server(&[], "127.0.0.1:0", server_args);
     let c = run_client(&[], s.addr, client_args);
     (c, s.finish())
-}
-
-/// The report object in a `--json` output (the line with a verdict).
-fn report(out: &str) -> Value {
-    out.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v.get("verdict").is_some())
-        .unwrap_or_else(|| panic!("no JSON report in:\n{out}"))
-}
-
-fn events(r: &Value) -> Vec<(String, i64)> {
-    r["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["event"].as_str().unwrap().to_string(),
-                e["status"].as_i64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn names(r: &Value) -> Vec<String> {

@@ -10,15 +10,16 @@
 //!
 //! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
 //! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
-//! MRs), [`cq`] (completion channels, CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls), [`cm_qp`] (QPs on ids), [`cm_event`]
-//! (events),
-//! [`addrinfo`] (`rdma_getaddrinfo`).
+//! MRs), [`async_event`] (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels,
+//! CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls),
+//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`addrinfo`] (`rdma_getaddrinfo`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(clippy::missing_safety_doc)] // the C API's man pages are the safety contract
 
 mod addrinfo;
+mod async_event;
 mod cm;
 mod cm_event;
 mod cm_qp;

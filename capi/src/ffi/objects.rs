@@ -1,8 +1,8 @@
 //! The objects handed to C: each a `Box` whose first field is the C struct (so the C pointer
 //! and the box pointer are the same address), leaked on create and freed on destroy; and the
 //! registry that maps the device's and the CM's handles back to those pointers (a CQ event
-//! names a `CqHandle`, a CM event a `CmIdHandle`; C wants the `struct ibv_cq *` /
-//! `struct rdma_cm_id *` it was given).
+//! names a `CqHandle`, an async event a `CqHandle` or a QP number, a CM event a `CmIdHandle`;
+//! C wants the `struct ibv_cq *` / `struct ibv_qp *` / `struct rdma_cm_id *` it was given).
 
 use super::convert::{ah_from_c, zeroed_storage};
 use crate::abi::*;
@@ -140,6 +140,8 @@ pub struct EventBox {
 pub struct Registry {
     /// CQ handle → `struct ibv_cq *`.
     pub cqs: BTreeMap<u32, usize>,
+    /// QP number → `struct ibv_qp *` (from `ibv_create_qp` or `rdma_create_qp`).
+    pub qps: BTreeMap<u32, usize>,
     /// CM id → `struct rdma_cm_id *` (the `IdBox`).
     pub ids: BTreeMap<CmIdHandle, usize>,
 }

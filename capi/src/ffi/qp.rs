@@ -3,7 +3,7 @@
 //! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
 
 use super::convert::*;
-use super::objects::{leak, AhBox};
+use super::objects::{leak, registry, AhBox};
 use super::{destroy_boxed, errno_of, fail_null, guard, rt, unsupported};
 use crate::abi::*;
 use libc::c_int;
@@ -63,14 +63,14 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
     Ok(leak_qp(context, pd, a, qp))
 }
 
-/// The `struct ibv_qp` of a created QP.
+/// The `struct ibv_qp` of a created QP, registered under its number (async events name it).
 pub(super) fn leak_qp(
     context: *mut ibv_context,
     pd: *mut ibv_pd,
     a: &ibv_qp_init_attr,
     qp: Qp,
 ) -> *mut ibv_qp {
-    leak(ibv_qp {
+    let p = leak(ibv_qp {
         context,
         qp_context: a.qp_context,
         pd,
@@ -86,7 +86,9 @@ pub(super) fn leak_qp(
         // SAFETY: as above.
         cond: unsafe { std::mem::zeroed() },
         events_completed: 0,
-    })
+    });
+    registry().qps.insert(qp.qp_num, p as usize);
+    p
 }
 
 #[no_mangle]
@@ -161,8 +163,19 @@ pub unsafe extern "C" fn ibv_query_qp(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
-        // SAFETY: `qp` is NULL or came from `ibv_create_qp` (ibv_destroy_qp(3)).
-        unsafe { destroy_boxed(qp, |q| q.handle, |d, h| d.destroy_qp(QpHandle(h))) }
+        // SAFETY: `qp` is NULL or came from `ibv_create_qp` (ibv_destroy_qp(3)): a live QP.
+        let qpn = (!qp.is_null()).then(|| unsafe { (*qp).qp_num });
+        // The registry forgets the QP before its box is freed (an async event of it that is
+        // still queued is then skipped).
+        let destroy = |d: &mut rnic_sim::SimDevice, h| {
+            d.destroy_qp(QpHandle(h))?;
+            if let Some(n) = qpn {
+                registry().qps.remove(&n);
+            }
+            Ok(())
+        };
+        // SAFETY: as above.
+        unsafe { destroy_boxed(qp, |q| q.handle, destroy) }
     })
 }
 

@@ -1,8 +1,9 @@
 //! libibverbs: device list, context (whose `ops` table points at the data-path calls of
-//! [`super::cq`] and [`super::qp`]), queries, PD, MR, the calls not implemented, and the string
-//! helpers. Return conventions are libibverbs's: objects or NULL + `errno`; `int` calls return
-//! 0 or the errno value itself (`ibv_modify_qp`, `ibv_post_send`, `ibv_dealloc_pd`, …);
-//! `ibv_poll_cq` a count or a negative value; `ibv_get_cq_event`/`ibv_query_gid` -1 + `errno`.
+//! [`super::cq`] and [`super::qp`], and whose `async_fd` is [`super::async_event`]'s), queries,
+//! PD, MR, the calls not implemented, and the string helpers. Return conventions are
+//! libibverbs's: objects or NULL + `errno`; `int` calls return 0 or the errno value itself
+//! (`ibv_modify_qp`, `ibv_post_send`, `ibv_dealloc_pd`, …); `ibv_poll_cq` a count or a negative
+//! value; `ibv_get_cq_event`/`ibv_get_async_event`/`ibv_query_gid` -1 + `errno`.
 
 use super::convert::*;
 use super::memory::UserMemory;
@@ -46,10 +47,12 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// The context rdma_cm ids report as `id->verbs` (librdmacm opens one per device).
+/// The context rdma_cm ids report as `id->verbs` (librdmacm opens one per device). Its
+/// `async_fd` is -1 if no descriptor could be made.
 pub(super) fn cm_context() -> *mut ibv_context {
     static CTX: OnceLock<usize> = OnceLock::new();
-    *CTX.get_or_init(|| new_context() as usize) as *mut ibv_context
+    *CTX.get_or_init(|| new_context(super::async_event::new_async_fd().unwrap_or(-1)) as usize)
+        as *mut ibv_context
 }
 
 /// The PD `rdma_create_qp(id, NULL, …)` uses (librdmacm's per-device PD).
@@ -66,7 +69,8 @@ pub(super) fn cm_pd() -> Result<*mut ibv_pd, i32> {
     Ok(*PD.get_or_init(|| pd as usize) as *mut ibv_pd)
 }
 
-fn new_context() -> *mut ibv_context {
+/// A context whose `async_fd` is `async_fd` (owned by the context from now on).
+fn new_context(async_fd: c_int) -> *mut ibv_context {
     // SAFETY: every member of `ibv_context_ops` is an `Option` of a function pointer: all-zero
     // is all `None` (NULL), the value libibverbs gives unused slots.
     let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
@@ -75,9 +79,6 @@ fn new_context() -> *mut ibv_context {
     ops.post_send = Some(super::qp::rnic_post_send);
     ops.post_recv = Some(super::qp::rnic_post_recv);
     ops.post_srq_recv = Some(super::qp::rnic_post_srq_recv);
-    let async_fd = nix::sys::eventfd::EventFd::new()
-        .map(|fd| std::os::fd::IntoRawFd::into_raw_fd(std::os::fd::OwnedFd::from(fd)))
-        .unwrap_or(-1);
     leak(ibv_context {
         device: device(),
         ops,
@@ -143,10 +144,12 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         if device.is_null() {
             return fail_null(libc::EINVAL);
         }
-        if let Err(e) = rt() {
-            return fail_null(e);
+        // A context without its async descriptor is not made, as libibverbs fails when it
+        // cannot open the device's file.
+        match super::async_event::new_async_fd() {
+            Ok(fd) => new_context(fd),
+            Err(e) => fail_null(e),
         }
-        new_context()
     })
 }
 
@@ -159,7 +162,8 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         // SAFETY: `context` came from `ibv_open_device`: a leaked box, closed once.
         let ctx = unsafe { Box::from_raw(context) };
         if ctx.async_fd >= 0 {
-            // SAFETY: the async fd is the eventfd made for this context; nothing else owns it.
+            // SAFETY: the async fd is the duplicate made for this context (`new_async_fd`);
+            // nothing else owns it (the other contexts' are other descriptors).
             drop(unsafe {
                 <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ctx.async_fd)
             });
@@ -463,19 +467,6 @@ pub unsafe extern "C" fn ibv_fork_init() -> c_int {
         0 // no pinned pages to protect: registered memory is the application's own
     })
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(
-    _context: *mut ibv_context,
-    _event: *mut ibv_async_event,
-) -> c_int {
-    guard("ibv_get_async_event", -1, || {
-        fail(unsupported("ibv_get_async_event"))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
 
 /// The `ibv_wc_status_str(3)` strings, as rdma-core spells them.
 #[no_mangle]

@@ -24,7 +24,8 @@ use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use verbs_core::{CompChannel, Gid, SimTime};
 
 /// Datagrams the fault layer (`RNIC_DROP_RATE`) dropped.
@@ -63,6 +64,10 @@ pub struct Node {
     /// How long address and route resolution take ([`Config::resolve_us`]).
     resolve_ns: u64,
     next_comp: u32,
+    /// Readiness of the device's async events (`ibv_get_async_event`), made by the first
+    /// context: one for the process, as there is one device, whose queue of async events every
+    /// context shares ([`Node::async_fd`]).
+    async_signal: Option<Signal>,
 }
 
 impl Node {
@@ -100,6 +105,36 @@ impl Node {
         Ok((n, self.comp.entry(n).or_insert(cs)))
     }
 
+    /// A new descriptor on the device's async events, for one context's `async_fd`: readable
+    /// exactly while the device has an async event queued. Every context's descriptor is a
+    /// duplicate of the same socket (one device, one queue): an event goes to whichever context
+    /// reads it first, and `O_NONBLOCK` set on one context's `async_fd` applies to all.
+    ///
+    /// # Errors
+    /// The descriptor pair or the duplicate could not be made (`EMFILE` …).
+    pub fn async_fd(&mut self) -> io::Result<OwnedFd> {
+        if let Some(s) = &self.async_signal {
+            return s.dup_app();
+        }
+        let s = Signal::new()?;
+        let fd = s.dup_app()?;
+        self.async_signal = Some(s);
+        Ok(fd)
+    }
+
+    /// The async events' descriptor pair, to wait on outside the node lock; `None` before the
+    /// first context was opened.
+    pub fn async_ends(&self) -> Option<Arc<Ends>> {
+        self.async_signal.as_ref().map(Signal::ends)
+    }
+
+    /// A reader consumed one token of the async events' descriptor.
+    pub fn async_claimed(&mut self) {
+        if let Some(s) = &mut self.async_signal {
+            s.claimed();
+        }
+    }
+
     /// `rdma_resolve_addr`/`rdma_resolve_route` on `ch` just queued their event: Linux runs
     /// both resolutions on work queues (`addr_wq`, `cma_wq`), so the event reaches the
     /// application later, not within the call. The channel's readiness is held back for the
@@ -116,6 +151,9 @@ impl Node {
     pub fn signal(&mut self, now: SimTime) {
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
+        }
+        if let Some(s) = &mut self.async_signal {
+            s.raise_to(self.nic.device().pending_async_events() as u64);
         }
         self.held.retain(|_, until| *until > now);
         for (ch, s) in &mut self.cm_signals {
@@ -287,6 +325,7 @@ impl Runtime {
             held: BTreeMap::new(),
             resolve_ns: config.resolve_us.saturating_mul(1000),
             next_comp: 1,
+            async_signal: None,
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;

@@ -1,8 +1,9 @@
 //! Readiness of event and completion channels as real file descriptors.
 //!
 //! Every `struct rdma_event_channel` and `struct ibv_comp_channel` the library hands out has an
-//! `fd` the application may `poll()`/`select()`/epoll on, as with the kernel's character
-//! devices, where the fd is readable exactly while the channel has an unread event. Here the fd
+//! `fd`, and every `struct ibv_context` an `async_fd`, the application may `poll()`/`select()`/
+//! epoll on, as with the kernel's character devices, where the fd is readable exactly while the
+//! channel (or the device, for async events) has an unread event. Here the fd
 //! is one end of a local stream socket pair, and the channel's unclaimed events are that many
 //! one-byte tokens queued on it: the node tops the tokens up after every step that may queue
 //! events ([`Signal::raise_to`]), and withdraws those of events that went away unread (an unread
@@ -11,7 +12,7 @@
 //! works whatever the application did to the fd's flags). A reader claims one event by reading
 //! one token ([`wait_token`]): that blocks while there is none, unless the application set
 //! `O_NONBLOCK` on the fd, where it fails with `EAGAIN` — the two behaviours of
-//! `rdma_get_cm_event` and `ibv_get_cq_event`.
+//! `rdma_get_cm_event`, `ibv_get_cq_event` and `ibv_get_async_event`.
 
 use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::io;
@@ -61,6 +62,16 @@ impl Signal {
     /// The descriptor pair, to wait on outside the node lock.
     pub fn ends(&self) -> Arc<Ends> {
         Arc::clone(&self.ends)
+    }
+
+    /// A new descriptor (close-on-exec) for the application's end: the same socket, so the
+    /// same readiness and the same file status flags (`O_NONBLOCK` set through either applies
+    /// to both), closed on its own. Each `ibv_context` gets one as its `async_fd`.
+    ///
+    /// # Errors
+    /// What `fcntl(F_DUPFD_CLOEXEC)` returns (e.g. `EMFILE`).
+    pub fn dup_app(&self) -> io::Result<OwnedFd> {
+        self.ends.app.try_clone()
     }
 
     /// Makes the tokens match `queued` events: adds those of events queued since the last call,
@@ -145,6 +156,26 @@ mod tests {
         assert!(!readable(&s));
         s.raise_to(1);
         assert!(readable(&s));
+    }
+
+    #[test]
+    fn a_duplicate_shares_readiness_and_closes_alone() {
+        let Ok(mut s) = Signal::new() else {
+            panic!("socketpair")
+        };
+        let Ok(dup) = s.dup_app() else { panic!("dup") };
+        let dup_readable = |fd: &OwnedFd| {
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::ZERO).unwrap_or(0) == 1
+        };
+        assert!(!dup_readable(&dup));
+        s.raise_to(1);
+        assert!(dup_readable(&dup));
+        drop(dup);
+        assert!(readable(&s));
+        assert!(wait_token(&s.ends).is_ok());
+        s.claimed();
+        assert!(!readable(&s));
     }
 
     #[test]

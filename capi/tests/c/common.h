@@ -116,9 +116,9 @@ static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *send
 	return qp;
 }
 
-/* RESET -> INIT -> RTR -> RTS towards QP `remote_qpn` at GID `dgid` (RoCE: GRH, sgid 0). */
-static inline void connect_rc_qp(struct ibv_qp *qp, uint32_t remote_qpn,
-				 const union ibv_gid *dgid)
+/* RESET -> INIT -> RTR towards QP `remote_qpn` at GID `dgid` (RoCE: GRH, sgid 0). */
+static inline void rc_qp_to_rtr(struct ibv_qp *qp, uint32_t remote_qpn,
+				const union ibv_gid *dgid)
 {
 	struct ibv_qp_attr a;
 	int rc;
@@ -150,7 +150,16 @@ static inline void connect_rc_qp(struct ibv_qp *qp, uint32_t remote_qpn,
 				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
 				   IBV_QP_MIN_RNR_TIMER);
 	REQUIRE(rc == 0, "modify_qp RTR returned %d", rc);
+}
 
+/* RESET -> INIT -> RTR -> RTS towards QP `remote_qpn` at GID `dgid` (RoCE: GRH, sgid 0). */
+static inline void connect_rc_qp(struct ibv_qp *qp, uint32_t remote_qpn,
+				 const union ibv_gid *dgid)
+{
+	struct ibv_qp_attr a;
+	int rc;
+
+	rc_qp_to_rtr(qp, remote_qpn, dgid);
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;

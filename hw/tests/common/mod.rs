@@ -130,10 +130,27 @@ pub fn all_access() -> AccessFlags {
         | AccessFlags::REMOTE_ATOMIC
 }
 
-/// RESET → INIT → RTR → RTS of an RC QP towards `remote_qpn` at `dgid`. The address vector
+/// RESET → INIT → RTR → RTS of an RC QP towards `remote_qpn` at `dgid` (see [`to_rtr`]).
+pub fn connect(dev: &mut HwDevice, qp: QpHandle, remote_qpn: u32, dgid: Gid) {
+    use QpAttrMask as M;
+    to_rtr(dev, qp, remote_qpn, dgid);
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 100,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 4,
+        ..QpAttr::default()
+    };
+    let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    dev.modify_qp(qp, &rts, m).expect("RTR -> RTS");
+}
+
+/// RESET → INIT → RTR of an RC QP towards `remote_qpn` at `dgid`. The address vector
 /// deliberately has no GRH flag, a wrong source GID index and port: the device must fill those
 /// in (and clamp the 4096-byte path MTU to the port's).
-pub fn connect(dev: &mut HwDevice, qp: QpHandle, remote_qpn: u32, dgid: Gid) {
+pub fn to_rtr(dev: &mut HwDevice, qp: QpHandle, remote_qpn: u32, dgid: Gid) {
     use QpAttrMask as M;
     let init = QpAttr {
         qp_state: QpState::Init,
@@ -170,17 +187,6 @@ pub fn connect(dev: &mut HwDevice, qp: QpHandle, remote_qpn: u32, dgid: Gid) {
         | M::MAX_DEST_RD_ATOMIC
         | M::MIN_RNR_TIMER;
     dev.modify_qp(qp, &rtr, m).expect("INIT -> RTR");
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: 100,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 4,
-        ..QpAttr::default()
-    };
-    let m = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-    dev.modify_qp(qp, &rts, m).expect("RTR -> RTS");
 }
 
 /// Polls `cq` until `n` completions arrived (at most 10 s), sleeping on the device's event

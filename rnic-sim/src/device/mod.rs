@@ -283,6 +283,12 @@ impl SimDevice {
         self.sh.counters
     }
 
+    /// How many async events are queued, not yet taken by [`Device::get_async_event`]: what
+    /// makes a context's `async_fd` readable (librnic tops its descriptor up to this count).
+    pub fn pending_async_events(&self) -> usize {
+        self.sh.events.len()
+    }
+
     /// The next packet to put on the wire, or `None` when the device has nothing to send now.
     /// Runs the requesters (new and retransmitted requests) and emits coalesced ACKs; `now`
     /// starts retransmit timers.
