@@ -4,7 +4,7 @@
 //! that delivered the packet — as an `ibv_poll_cq` busy loop would — instead of handing it to
 //! the application's thread and back.
 
-use super::session::{pattern, wc_name, Stop};
+use super::report::upper_snake;
 use super::{PingOp, Role};
 use crate::host::{Host, Nic};
 use bytes::Bytes;
@@ -15,6 +15,46 @@ use std::net::SocketAddr;
 use verbs_core::{
     CqHandle, Device, Mr, Qp, RecvWr, SendFlags, SendWr, SimTime, WcStatus, WorkCompletion,
 };
+
+/// Why the data phase ended early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// A work request completed with an error status (the QP is in ERR).
+    Transport(WcStatus),
+    /// DISCONNECTED arrived during the data phase.
+    PeerDisconnected,
+    /// Nothing happened for `--timeout`.
+    Timeout(String),
+    /// A check failed or a verb refused a call.
+    Failed(String),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Transport(s) => write!(f, "a work request completed with {}", wc_name(*s)),
+            Stop::PeerDisconnected => f.write_str("the peer disconnected during the data phase"),
+            Stop::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Stop::Failed(what) => f.write_str(what),
+        }
+    }
+}
+
+/// `IBV_WC_*` name without the prefix.
+pub fn wc_name(s: WcStatus) -> String {
+    upper_snake(&format!("{s:?}"))
+}
+
+/// The byte pattern of iteration `i`, message kind `k`, `len` bytes: every byte depends on
+/// its offset, the iteration and the kind, so a stale or misplaced byte is caught.
+pub fn pattern(i: u32, k: u8, len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|j| {
+            let x = j.wrapping_mul(0x9e37_79b1) ^ i.wrapping_mul(0x85eb_ca6b) ^ u32::from(k) << 24;
+            (x >> 24) as u8 ^ (j as u8)
+        })
+        .collect()
+}
 
 /// Offsets into the connection's MR. Receive slots first, then the SEND buffer, the region
 /// the peer WRITEs into, the region the peer READs from, and a local scratch region (WRITE

@@ -18,12 +18,14 @@
 pub mod app;
 pub mod cli;
 pub mod nic;
+pub mod node;
 pub mod report;
 pub mod session;
 pub mod wire;
 
+pub use node::Node;
 pub use report::PingReport;
-pub use session::{Node, Params};
+pub use session::Params;
 
 use cm_core::api::CmEventType;
 use cm_core::engine::IbCmState;

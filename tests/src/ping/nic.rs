@@ -1,7 +1,7 @@
 //! The NICs `rnic ping` runs on: the simulated RNIC (the default) or a hardware RNIC through
 //! libibverbs (`--device`, feature `hw`; docs/hardware.md).
 
-use super::session::PingEndpoint;
+use super::node::PingEndpoint;
 use super::{PingError, WireOptions};
 use crate::host::Nic;
 use crate::hw_nic::HwNic;

@@ -1,35 +1,27 @@
-//! One side of one ping connection: a [`Node`] (the host on its UDP driver) and the blocking
-//! application logic that runs the connection on it and writes the [`PingReport`].
+//! One side of one ping connection: the blocking application logic that runs the connection
+//! on a [`Node`] (the host on its UDP driver) and writes the [`PingReport`].
 //!
 //! Setup, the buffer-info exchange, FIN/FIN-ACK and the disconnect run on the caller's thread
 //! through [`UdpHandle::with`], waiting with [`UdpHandle::wait_until`] (woken by the driver's
 //! wake filter when a completion-channel or CM event arrives: no polling loop, no sleep). The
 //! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
-use super::app::{compare, DataPhase, Layout, Ledger, Outcome, PeerInfo, PingHost};
-use super::nic::{DeviceWaker, PingNic};
+use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
+use super::nic::PingNic;
+use super::node::{Node, PingEndpoint};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
     TimelineEntry, WireRecord,
 };
-use super::wire::FaultyEndpoint;
-use super::{DisconnectBy, PingError, PingOp, Role, WireOptions};
-use crate::host::Host;
-use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel};
-use cm_core::engine::{CmConfig, IbCmState};
-use rnic_hw::HwOptions;
-use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
-use rnic_sim::nic::{Captured, SimNic};
-use std::cell::RefCell;
+use super::{DisconnectBy, PingOp, Role};
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
+use cm_core::engine::IbCmState;
+use rnic_sim::fabric::udp::UdpHandle;
+use rnic_sim::nic::SimNic;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
-use verbs_core::{
-    AccessFlags, CompChannel, Device, Gid, PdHandle, QpCap, QpInitAttr, QpState, SimTime, WcStatus,
-};
-
-/// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
-pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
+use verbs_core::{AccessFlags, Device, QpCap, QpInitAttr, QpState, SimTime};
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
@@ -77,232 +69,6 @@ impl Params {
     }
 }
 
-/// The CM configuration of a node at `addr`: a CA GUID and seed unique to the socket (two
-/// processes on one IP differ by port), Linux timers or short ones (`--fast-timers`).
-pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
-    let ip = match addr.ip() {
-        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
-        std::net::IpAddr::V6(v6) => (u128::from(v6) & 0xffff_ffff) as u64,
-    };
-    let unique = (ip << 16) | u64::from(addr.port());
-    let cfg = CmConfig {
-        ca_guid: 0x0002_c900_0000_0000 | (unique & 0xffff_ffff_ffff),
-        seed: unique.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w.seed,
-        path_mtu: w.mtu,
-        ..CmConfig::default()
-    };
-    if w.fast_timers {
-        cfg.with_fast_timers()
-    } else {
-        cfg
-    }
-}
-
-/// A host (a NIC + RdmaCm) behind the fault layer, running on a real UDP socket: the
-/// simulated RNIC by default, or a hardware RNIC whose events a second thread waits for
-/// ([`DeviceWaker`]).
-pub struct Node<N: PingNic = SimNic> {
-    driver: SpawnedUdpDriver<PingEndpoint<N>>,
-    waker: Option<DeviceWaker>,
-    ch: EventChannel,
-    pd: PdHandle,
-    cfg: CmConfig,
-    comp: CompChannel,
-    /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
-    /// while the server is busy): the next [`next_event`](Self::next_event) returns them
-    /// first.
-    deferred: RefCell<VecDeque<CmEvent>>,
-}
-
-impl<N: PingNic> Node<N> {
-    /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
-    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
-    /// learned from the wire ([`Host::set_learn_peers`]).
-    ///
-    /// # Errors
-    /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device;
-    /// [`PingError::Hardware`] if the hardware device cannot be opened.
-    pub fn new(
-        name: &str,
-        bind: SocketAddr,
-        wire: &WireOptions,
-        device: Option<&HwOptions>,
-        capture: bool,
-    ) -> Result<Node<N>, PingError> {
-        if bind.ip().is_unspecified() {
-            return Err(PingError::Options(format!(
-                "{bind}: give a concrete IP address (the simulated RNIC's GID is derived from it)"
-            )));
-        }
-        let socket = std::net::UdpSocket::bind(bind)?;
-        let addr = socket.local_addr()?;
-        let mut nic = N::open(name, addr, wire, device)?;
-        if capture {
-            nic.start_capture();
-        }
-        let pd = nic.device_mut().alloc_pd()?;
-        let waiter = nic.event_waiter()?;
-        let cfg = cm_config(addr, wire);
-        let mut host = Host::new(nic, cfg)?;
-        host.set_learn_peers(true);
-        let ch = host.split().0.create_event_channel();
-        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, wire.seed ^ cfg.seed);
-        let driver = UdpDriver::spawn(ep, socket)?;
-        // The application waits for completions (through the CQs' channel) and CM events
-        // only: ACKs and other traffic do not wake it.
-        let comp = CompChannel::new();
-        let events = comp.clone();
-        driver
-            .handle()
-            .set_wake_filter(move |ep: &PingEndpoint<N>| {
-                let mut any = false;
-                while events.try_get_cq_event().is_ok() {
-                    any = true;
-                }
-                let h = ep.inner();
-                let cm = h.host().cm().pending_events(ch) > 0;
-                match &h.data {
-                    // The data phase runs in the driver: wake the application when it settles.
-                    Some(d) => cm || d.outcome.is_some(),
-                    None => any || cm,
-                }
-            });
-        let waker = waiter
-            .map(|w| DeviceWaker::spawn(w, driver.handle().clone(), comp.clone()))
-            .transpose()?;
-        Ok(Node {
-            driver,
-            waker,
-            ch,
-            pd,
-            cfg,
-            comp,
-            deferred: RefCell::new(VecDeque::new()),
-        })
-    }
-
-    /// The CM's configuration (its timers).
-    pub fn cfg(&self) -> &CmConfig {
-        &self.cfg
-    }
-
-    /// The driver handle.
-    pub fn handle(&self) -> &UdpHandle<PingEndpoint<N>> {
-        self.driver.handle()
-    }
-
-    /// The UDP socket's address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.driver.local_addr()
-    }
-
-    /// The wall-clock instant of the driver's time zero (to merge two nodes' timelines).
-    pub fn epoch(&self) -> std::time::Instant {
-        self.handle().epoch()
-    }
-
-    /// The node's event channel.
-    pub fn channel(&self) -> EventChannel {
-        self.ch
-    }
-
-    /// Routes the GID of `peer`'s IP to `peer` (the client, before connecting).
-    pub fn set_peer(&self, peer: SocketAddr) {
-        self.handle().with(|ep, _| {
-            ep.inner_mut()
-                .host_mut()
-                .nic_mut()
-                .set_peer_addr(Gid::from_ip(peer.ip()), peer)
-        });
-    }
-
-    /// The datagrams captured since the last call (empty without `--pcap`).
-    pub fn take_capture(&self) -> Vec<Captured> {
-        self.handle()
-            .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
-    }
-
-    /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
-    /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
-    /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
-    fn own_events(&self, ep: &mut PingEndpoint<N>, now: SimTime, id: CmIdHandle) -> Vec<CmEvent> {
-        let mut own = Vec::new();
-        while let Some(ev) = get_event(ep, now, self.ch) {
-            if ev.id == id {
-                own.push(ev);
-            } else {
-                self.deferred.borrow_mut().push_back(ev);
-            }
-        }
-        own
-    }
-
-    /// The next CM event on the node's channel (acked), waiting at most `timeout`.
-    pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
-        if let Some(ev) = self.deferred.borrow_mut().pop_front() {
-            return Some(ev);
-        }
-        let ch = self.ch;
-        self.handle()
-            .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
-        self.handle().with(|ep, now| get_event(ep, now, ch))
-    }
-
-    /// Stops the driver.
-    ///
-    /// # Errors
-    /// The driver's receive error, if it ended with one.
-    pub fn shutdown(mut self) -> Result<(), PingError> {
-        if let Some(w) = self.waker.take() {
-            w.stop();
-        }
-        Ok(self.driver.shutdown()?)
-    }
-}
-
-/// `rdma_get_cm_event` + `rdma_ack_cm_event`. Fetching a CONNECT_RESPONSE sends the RTU
-/// (librdmacm's work at fetch time); the driver transmits it when the caller's `with` ends.
-fn get_event<N: PingNic>(
-    ep: &mut PingEndpoint<N>,
-    now: SimTime,
-    ch: EventChannel,
-) -> Option<CmEvent> {
-    let (cm, dev) = ep.inner_mut().host_mut().split();
-    let ev = cm.get_cm_event(dev, now, ch).ok()?;
-    // Acking an event we hold cannot fail; nothing to do if it did.
-    let _ = cm.ack_cm_event(ev.clone());
-    Some(ev)
-}
-
-/// Why the data phase ended early.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
-    /// A work request completed with an error status (the QP is in ERR).
-    Transport(WcStatus),
-    /// DISCONNECTED arrived during the data phase.
-    PeerDisconnected,
-    /// Nothing happened for `--timeout`.
-    Timeout(String),
-    /// A check failed or a verb refused a call.
-    Failed(String),
-}
-
-impl std::fmt::Display for Stop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Stop::Transport(s) => write!(f, "a work request completed with {}", wc_name(*s)),
-            Stop::PeerDisconnected => f.write_str("the peer disconnected during the data phase"),
-            Stop::Timeout(what) => write!(f, "timed out waiting for {what}"),
-            Stop::Failed(what) => f.write_str(what),
-        }
-    }
-}
-
-/// `IBV_WC_*` name without the prefix.
-pub fn wc_name(s: WcStatus) -> String {
-    upper_snake(&format!("{s:?}"))
-}
-
 fn qp_state_name(s: QpState) -> String {
     upper_snake(&format!("{s:?}"))
 }
@@ -312,17 +78,6 @@ fn qp_state_name(s: QpState) -> String {
 const INFO_LEN: usize = 28;
 const FIN: &[u8] = b"RNPG-FIN";
 const FIN_ACK: &[u8] = b"RNPG-FIN-ACK";
-
-/// The byte pattern of iteration `i`, message kind `k`, `len` bytes: every byte depends on
-/// its offset, the iteration and the kind, so a stale or misplaced byte is caught.
-pub fn pattern(i: u32, k: u8, len: u32) -> Vec<u8> {
-    (0..len)
-        .map(|j| {
-            let x = j.wrapping_mul(0x9e37_79b1) ^ i.wrapping_mul(0x85eb_ca6b) ^ u32::from(k) << 24;
-            (x >> 24) as u8 ^ (j as u8)
-        })
-        .collect()
-}
 
 /// One side of one connection. Built by the client after `rdma_resolve_addr` and by the server
 /// on CONNECT_REQUEST; [`Session::run`] does the rest.
@@ -444,11 +199,11 @@ impl<'a, N: PingNic> Session<'a, N> {
 
     /// Creates the CQ, MR and QP (`rdma_create_qp`) and posts the receives.
     fn create_resources(&mut self) -> Result<(), Stop> {
-        let pd = self.node.pd;
+        let pd = self.node.pd();
         let len = self.l.layout.len as usize;
         let depth = self.recvs + 8;
         let id = self.id;
-        let comp = self.node.comp.clone();
+        let comp = self.node.comp().clone();
         let res = self.h().with(|ep, _| {
             let (cm, dev) = ep.inner_mut().host_mut().split();
             let access =
@@ -534,7 +289,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             }
             let g = self.generation;
             let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
-            let ch = self.node.ch;
+            let ch = self.node.channel();
             self.h().wait_until(left, |ep| {
                 ep.generation() != g || ep.inner().host().cm().pending_events(ch) > 0
             });
@@ -696,7 +451,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         d.pause_at = self.kill_after.filter(|k| *k < count);
         let start = self.h().now();
         self.h().with(|ep, now| ep.inner_mut().start(d, now));
-        let (node, ch, id) = (self.node, self.node.ch, self.id);
+        let (node, ch, id) = (self.node, self.node.channel(), self.id);
         let mut steps = 0;
         let outcome = loop {
             self.h().wait_until(self.timeout, |ep| {
@@ -835,7 +590,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             self.rdma_disconnect(&why);
         }
         self.l.disconnecting = true;
-        let give_up = Duration::from_millis(2 * self.node.cfg.dreq_give_up_ms() + 1000);
+        let give_up = Duration::from_millis(2 * self.node.cfg().dreq_give_up_ms() + 1000);
         self.timeout = self.timeout.max(give_up);
         let status = match self.expect_event(CmEventType::Disconnected) {
             Ok(ev) => {

@@ -1,0 +1,235 @@
+//! A ping node: one host (a NIC and its [`RdmaCm`](cm_core::api::RdmaCm)) behind the fault
+//! layer on its UDP driver, its event channel and its completion channel — what a
+//! [`Session`](super::session::Session) runs a connection on. A server's node serves one
+//! session after another.
+
+use super::app::PingHost;
+use super::nic::{DeviceWaker, PingNic};
+use super::wire::FaultyEndpoint;
+use super::{PingError, WireOptions};
+use crate::host::Host;
+use cm_core::api::{CmEvent, CmIdHandle, EventChannel};
+use cm_core::engine::CmConfig;
+use rnic_hw::HwOptions;
+use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::nic::{Captured, SimNic};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+use verbs_core::{CompChannel, Device, Gid, PdHandle, SimTime};
+
+/// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
+pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
+
+/// The CM configuration of a node at `addr`: a CA GUID and seed unique to the socket (two
+/// processes on one IP differ by port), Linux timers or short ones (`--fast-timers`).
+pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => (u128::from(v6) & 0xffff_ffff) as u64,
+    };
+    let unique = (ip << 16) | u64::from(addr.port());
+    let cfg = CmConfig {
+        ca_guid: 0x0002_c900_0000_0000 | (unique & 0xffff_ffff_ffff),
+        seed: unique.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w.seed,
+        path_mtu: w.mtu,
+        ..CmConfig::default()
+    };
+    if w.fast_timers {
+        cfg.with_fast_timers()
+    } else {
+        cfg
+    }
+}
+
+/// A host (a NIC + RdmaCm) behind the fault layer, running on a real UDP socket: the
+/// simulated RNIC by default, or a hardware RNIC whose events a second thread waits for
+/// ([`DeviceWaker`]).
+pub struct Node<N: PingNic = SimNic> {
+    driver: SpawnedUdpDriver<PingEndpoint<N>>,
+    waker: Option<DeviceWaker>,
+    ch: EventChannel,
+    pd: PdHandle,
+    cfg: CmConfig,
+    comp: CompChannel,
+    /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
+    /// while the server is busy): the next [`next_event`](Self::next_event) returns them
+    /// first.
+    deferred: RefCell<VecDeque<CmEvent>>,
+}
+
+impl<N: PingNic> Node<N> {
+    /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
+    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
+    /// learned from the wire ([`Host::set_learn_peers`]).
+    ///
+    /// # Errors
+    /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device;
+    /// [`PingError::Hardware`] if the hardware device cannot be opened.
+    pub fn new(
+        name: &str,
+        bind: SocketAddr,
+        wire: &WireOptions,
+        device: Option<&HwOptions>,
+        capture: bool,
+    ) -> Result<Node<N>, PingError> {
+        if bind.ip().is_unspecified() {
+            return Err(PingError::Options(format!(
+                "{bind}: give a concrete IP address (the simulated RNIC's GID is derived from it)"
+            )));
+        }
+        let socket = std::net::UdpSocket::bind(bind)?;
+        let addr = socket.local_addr()?;
+        let mut nic = N::open(name, addr, wire, device)?;
+        if capture {
+            nic.start_capture();
+        }
+        let pd = nic.device_mut().alloc_pd()?;
+        let waiter = nic.event_waiter()?;
+        let cfg = cm_config(addr, wire);
+        let mut host = Host::new(nic, cfg)?;
+        host.set_learn_peers(true);
+        let ch = host.split().0.create_event_channel();
+        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, wire.seed ^ cfg.seed);
+        let driver = UdpDriver::spawn(ep, socket)?;
+        // The application waits for completions (through the CQs' channel) and CM events
+        // only: ACKs and other traffic do not wake it.
+        let comp = CompChannel::new();
+        let events = comp.clone();
+        driver
+            .handle()
+            .set_wake_filter(move |ep: &PingEndpoint<N>| {
+                let mut any = false;
+                while events.try_get_cq_event().is_ok() {
+                    any = true;
+                }
+                let h = ep.inner();
+                let cm = h.host().cm().pending_events(ch) > 0;
+                match &h.data {
+                    // The data phase runs in the driver: wake the application when it settles.
+                    Some(d) => cm || d.outcome.is_some(),
+                    None => any || cm,
+                }
+            });
+        let waker = waiter
+            .map(|w| DeviceWaker::spawn(w, driver.handle().clone(), comp.clone()))
+            .transpose()?;
+        Ok(Node {
+            driver,
+            waker,
+            ch,
+            pd,
+            cfg,
+            comp,
+            deferred: RefCell::new(VecDeque::new()),
+        })
+    }
+
+    /// The CM's configuration (its timers).
+    pub fn cfg(&self) -> &CmConfig {
+        &self.cfg
+    }
+
+    /// The driver handle.
+    pub fn handle(&self) -> &UdpHandle<PingEndpoint<N>> {
+        self.driver.handle()
+    }
+
+    /// The UDP socket's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.driver.local_addr()
+    }
+
+    /// The wall-clock instant of the driver's time zero (to merge two nodes' timelines).
+    pub fn epoch(&self) -> std::time::Instant {
+        self.handle().epoch()
+    }
+
+    /// The node's event channel.
+    pub fn channel(&self) -> EventChannel {
+        self.ch
+    }
+
+    /// The node's protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+
+    /// The completion channel every CQ of the node's sessions reports to.
+    pub fn comp(&self) -> &CompChannel {
+        &self.comp
+    }
+
+    /// Routes the GID of `peer`'s IP to `peer` (the client, before connecting).
+    pub fn set_peer(&self, peer: SocketAddr) {
+        self.handle().with(|ep, _| {
+            ep.inner_mut()
+                .host_mut()
+                .nic_mut()
+                .set_peer_addr(Gid::from_ip(peer.ip()), peer)
+        });
+    }
+
+    /// The datagrams captured since the last call (empty without `--pcap`).
+    pub fn take_capture(&self) -> Vec<Captured> {
+        self.handle()
+            .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
+    }
+
+    /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
+    /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
+    /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
+    pub(super) fn own_events(
+        &self,
+        ep: &mut PingEndpoint<N>,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Vec<CmEvent> {
+        let mut own = Vec::new();
+        while let Some(ev) = get_event(ep, now, self.ch) {
+            if ev.id == id {
+                own.push(ev);
+            } else {
+                self.deferred.borrow_mut().push_back(ev);
+            }
+        }
+        own
+    }
+
+    /// The next CM event on the node's channel (acked), waiting at most `timeout`.
+    pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
+        if let Some(ev) = self.deferred.borrow_mut().pop_front() {
+            return Some(ev);
+        }
+        let ch = self.ch;
+        self.handle()
+            .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
+        self.handle().with(|ep, now| get_event(ep, now, ch))
+    }
+
+    /// Stops the driver.
+    ///
+    /// # Errors
+    /// The driver's receive error, if it ended with one.
+    pub fn shutdown(mut self) -> Result<(), PingError> {
+        if let Some(w) = self.waker.take() {
+            w.stop();
+        }
+        Ok(self.driver.shutdown()?)
+    }
+}
+
+/// `rdma_get_cm_event` + `rdma_ack_cm_event`. Fetching a CONNECT_RESPONSE sends the RTU
+/// (librdmacm's work at fetch time); the driver transmits it when the caller's `with` ends.
+fn get_event<N: PingNic>(
+    ep: &mut PingEndpoint<N>,
+    now: SimTime,
+    ch: EventChannel,
+) -> Option<CmEvent> {
+    let (cm, dev) = ep.inner_mut().host_mut().split();
+    let ev = cm.get_cm_event(dev, now, ch).ok()?;
+    // Acking an event we hold cannot fail; nothing to do if it did.
+    let _ = cm.ack_cm_event(ev.clone());
+    Some(ev)
+}
