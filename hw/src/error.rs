@@ -32,8 +32,9 @@ pub enum HwError {
     NoDevice,
     /// No device has the name asked for.
     #[error(
-        "RDMA device {name:?} not found; available: {} (pick one of them, or leave the \
-         device unset to take the first with an ACTIVE port)",
+        "RDMA device {name:?} not found; available: {} (pick one of them, or ask for no \
+         name — `--device any` on rnic's command line — to take the first with an ACTIVE \
+         port)",
         available.join(", ")
     )]
     DeviceNotFound {

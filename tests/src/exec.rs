@@ -61,7 +61,7 @@ fn parse_probability(s: &str) -> Result<f64, String> {
 
 /// Where `librnic.so` is: `$RNIC_LIB`, else beside the running executable (`target/<profile>/`,
 /// where cargo puts it when `rnic-capi` is built as a workspace member) or in its `deps/`
-/// (where it is when built as a dependency of `rnic`).
+/// (where it is when built as a dependency of `rnic`), the newer of the two.
 pub fn find_library() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("RNIC_LIB") {
         return Some(PathBuf::from(p));
@@ -73,7 +73,13 @@ pub fn find_library() -> Option<PathBuf> {
     if let Some(up) = dir.parent() {
         candidates.push(up.join(LIB_NAME));
     }
-    candidates.into_iter().find(|p| p.is_file())
+    // Cargo refreshes the copy in deps/ whenever rnic-capi is rebuilt as a dependency, but the
+    // one beside the executable only when rnic-capi itself is built: take the newer.
+    candidates
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
 }
 
 /// The command that runs `opts.argv` with the library preloaded and the options as

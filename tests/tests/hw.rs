@@ -130,11 +130,8 @@ mod hw {
     }
 
     fn make_lib_dir() -> PathBuf {
-        let bin_dir = Path::new(RNIC).parent().unwrap();
-        let lib = [bin_dir.join("librnic.so"), bin_dir.join("deps/librnic.so")]
-            .into_iter()
-            .find(|p| p.exists())
-            .expect("librnic.so next to the rnic binary");
+        // (The newer copy: the one in deps/ is refreshed whenever the rnic binary is built.)
+        let lib = rnic_testbed::exec::find_library().expect("librnic.so next to the test binary");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("librnic-as-libibverbs");
         std::fs::create_dir_all(&dir).unwrap();
         for name in ["libibverbs.so.1", "librdmacm.so.1"] {
@@ -230,6 +227,8 @@ mod hw {
         if let Some(p) = pcap {
             client.arg("--pcap").arg(p);
         }
+        // More than any port's MTU on librnic (1024): the CM must negotiate the port's.
+        client.args(["--mtu", "4096"]);
         let (code, out, err) = run(client
             .args(["--connect", &s.addr.to_string(), "--json"])
             .args(["--op", op, "--disconnect-by", by])
@@ -248,6 +247,11 @@ mod hw {
         for (r, stderr) in reports {
             assert_eq!(r["verdict"], "PASS", "{r:#}");
             assert_eq!(r["iterations"], count, "{r:#}");
+            let on = r["device"].as_str().unwrap();
+            assert!(on.contains(&format!("RDMA device {}", t.device)), "{on}");
+            if t.lib_dir.is_some() {
+                assert_eq!(r["path_mtu"], 1024, "{r:#}");
+            }
             if r["role"] == "client" && op != "write" {
                 // Round trips are timed from the post to the step that sees the reply: never
                 // 0, though the device runs beside the step.
@@ -327,6 +331,92 @@ mod hw {
     #[test]
     fn ping_write_large_messages() {
         ping_pair(65, "write", "client", 10, 65536, None);
+    }
+
+    /// One end on hardware, the other on the simulated RNIC: the CM could connect, but the data
+    /// never meet, so the server refuses the client and says why; the client reports it.
+    #[test]
+    fn mixed_ends_are_refused_with_the_reason() {
+        let t = Target::new(69);
+        let mut server = Command::new(RNIC)
+            .args([
+                "ping",
+                "--listen",
+                "127.0.0.69:0",
+                "--json",
+                "--fast-timers",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(server.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr: SocketAddr = serde_json::from_str::<Value>(&line).unwrap()["listening"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let (code, out, err) = run(t.ping(&t.client_ip).args([
+            "--connect",
+            &addr.to_string(),
+            "--fast-timers",
+            "--timeout",
+            "5",
+        ]));
+        server.kill().unwrap();
+        let mut serr = String::new();
+        server
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut serr)
+            .unwrap();
+        server.wait().unwrap();
+        assert_eq!(code, 1, "{out}{err}");
+        let why = "give --device on both sides or on neither";
+        assert!(out.contains("REJECTED") && out.contains(why), "{out}");
+        assert!(
+            serr.contains("refused a client") && serr.contains(why),
+            "{serr}"
+        );
+    }
+
+    /// `--gid-index`: the client binds its socket to that GID's address; a server whose
+    /// `--listen` address is not that GID's is refused at start (peers would aim their QPs
+    /// where nothing listens).
+    #[test]
+    fn gid_index_and_the_socket_address_agree() {
+        let t = Target::new(73);
+        if t.lib_dir.is_none() {
+            return; // which index holds which address depends on the machine
+        }
+        let s = spawn_server(&t, &["--fast-timers"]);
+        let (code, out, err) = run(t
+            .ping(&t.client_ip)
+            .args(["--gid-index", "0", "--connect", &s.addr.to_string()])
+            .args(["--json", "--fast-timers", "--count", "3"]));
+        let (scode, sout, serr) = s.finish();
+        assert_eq!((code, scode), (0, 0), "{out}{err}\n{sout}{serr}");
+        let r = report(&out);
+        assert!(
+            r["local"].as_str().unwrap().starts_with(&t.client_ip),
+            "{r:#}"
+        );
+        // A server told to listen on an address its GID is not.
+        let (code, out, err) = run(t.ping(&t.server_ip).args([
+            "--gid-index",
+            "0",
+            "--listen",
+            "127.0.0.75:0",
+            "--once",
+        ]));
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(
+            err.contains(&format!("is {}, not 127.0.0.75", t.server_ip)),
+            "{err}"
+        );
     }
 
     /// No device by that name: the answer names the devices there are.

@@ -100,6 +100,12 @@ fn active_port(
     want: Option<u8>,
 ) -> Result<Option<(u8, sys::ibv_port_attr)>, HwError> {
     if let Some(p) = want {
+        if p == 0 || p > attr.phys_port_cnt {
+            return Err(HwError::Verbs(verbs_core::Error::inval(format!(
+                "port {p}: the device has ports 1..={}",
+                attr.phys_port_cnt
+            ))));
+        }
         let a = ctx.query_port(p)?;
         return Ok((a.state == PORT_ACTIVE).then_some((p, a)));
     }
@@ -181,6 +187,13 @@ fn choose(list: &DeviceList, opts: &HwOptions) -> Result<Chosen, HwError> {
 /// `opts.ip`) RoCE v2 GID ([`select::pick_gid`]).
 fn choose_gid(c: &Chosen, opts: &HwOptions) -> Result<(u8, Gid), HwError> {
     if let Some(i) = opts.gid_index {
+        let len = u32::try_from(c.port_attr.gid_tbl_len).unwrap_or(0);
+        if i >= len {
+            return Err(HwError::Verbs(verbs_core::Error::inval(format!(
+                "GID index {i}: port {} has {len} GIDs",
+                c.port
+            ))));
+        }
         let gid = c.ctx.query_gid(c.port, i)?;
         let i = u8::try_from(i).map_err(|_| verbs_error("gid_index above 255", libc::EINVAL))?;
         return Ok((i, gid));

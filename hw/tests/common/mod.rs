@@ -35,15 +35,19 @@ pub fn is_child(name: &str) -> bool {
 }
 
 /// librnic.so, built by cargo as a dev-dependency beside the test binary
-/// (target/<profile>/deps) or one level up.
+/// (target/<profile>/deps) or one level up (refreshed only when rnic-capi itself is built):
+/// the newer of the two.
 pub fn librnic() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary directory");
-    for dir in [Some(deps), deps.parent()].into_iter().flatten() {
-        let p = dir.join("librnic.so");
-        if p.exists() {
-            return p;
-        }
+    let newest = [Some(deps), deps.parent()]
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join("librnic.so"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t);
+    if let Some((_, p)) = newest {
+        return p;
     }
     panic!(
         "librnic.so not found next to {} (cargo builds it as the dev-dependency rnic-capi; \
@@ -53,7 +57,7 @@ pub fn librnic() -> PathBuf {
 }
 
 fn lib_dir(name: &str, lib: Lib) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rnic-hw-{}-{name}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rnic-hw-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     match lib {

@@ -315,16 +315,31 @@ impl<N: PingNic> Server<N> {
             return Ok(None); // a late event of an earlier connection
         }
         let t0 = self.node.handle().now();
-        let Some(params) = Params::decode(&ev.param.private_data) else {
+        let refuse = |why: &str| {
             let id = ev.id;
             self.node.handle().with(|ep, now| {
                 let (cm, dev) = ep.inner_mut().host_mut().split();
-                // Not a ping client: refuse it; a failure to refuse changes nothing.
-                let _ = cm.reject(dev, now, id, b"not an rnic ping client");
+                // A failure to refuse changes nothing.
+                let _ = cm.reject(dev, now, id, why.as_bytes());
                 let _ = cm.destroy_id(dev, now, id);
             });
+        };
+        let Some((params, hardware)) = Params::decode(&ev.param.private_data) else {
+            refuse("not an rnic ping client");
             return Ok(None);
         };
+        if hardware != N::ASYNC_COMPLETIONS {
+            // The CM would connect, but the data could never meet: one side's QP is on a
+            // hardware RNIC, the other's on the simulated one.
+            let why = if hardware {
+                "this server runs on the simulated RNIC and the client on a hardware one: give --device on both sides or on neither"
+            } else {
+                "this server runs on a hardware RNIC (--device) and the client on the simulated one: give --device on both sides or on neither"
+            };
+            eprintln!("rnic ping: refused a client: {why}");
+            refuse(why);
+            return Ok(None);
+        }
         let id = ev.id;
         // A request that waited while another client was served may have been withdrawn
         // meanwhile (the client's --timeout ran out; its CM sent a REJ): nothing to serve.

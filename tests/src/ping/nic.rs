@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use verbs_core::{CompChannel, Gid};
+use verbs_core::{CompChannel, Device, Gid, Mtu};
 
 /// What a ping node needs of its NIC beyond [`Nic`].
 pub trait PingNic: Nic + Send + Sized + 'static {
@@ -49,6 +49,15 @@ pub trait PingNic: Nic + Send + Sized + 'static {
 
     /// RC retransmissions (simulated RNIC; 0 where the device does not tell).
     fn rc_retransmits(&self) -> u64;
+
+    /// What the node runs on, for the report: the simulated RNIC, or the device, port and GID.
+    fn describe(&self) -> String;
+
+    /// The largest path MTU the port carries (`None`: whatever is asked): the CM negotiates
+    /// no more, as rdma_cm takes the MTU of its path record from the netdev.
+    fn max_path_mtu(&self) -> Option<Mtu> {
+        None
+    }
 
     /// Takes the device's own events (completion channel, async), for a NIC with
     /// [`Nic::ASYNC_COMPLETIONS`]. Returns how many.
@@ -107,6 +116,10 @@ impl PingNic for SimNic {
     fn rc_retransmits(&self) -> u64 {
         self.device().counters().retries
     }
+
+    fn describe(&self) -> String {
+        "the simulated RNIC".into()
+    }
 }
 
 impl PingNic for HwNic {
@@ -122,9 +135,23 @@ impl PingNic for HwNic {
             ip: Some(addr.ip()),
             ..device.cloned().unwrap_or_default()
         };
-        Ok(HwNic::new(HwDevice::open(&opts)?, addr))
+        let dev = HwDevice::open(&opts)?;
+        // The CM names this host by its socket's IP; the device's QPs by their GID. They must
+        // be one address, or peers aim their QPs where nothing listens.
+        if dev.gid().to_ip() != addr.ip() {
+            return Err(PingError::Options(format!(
+                "GID index {} of {} is {}, not {}, the address of this side's socket: give \
+                 that address (or leave --gid-index out)",
+                dev.gid_index(),
+                Device::name(&dev),
+                dev.gid().to_ip(),
+                addr.ip()
+            )));
+        }
+        Ok(HwNic::new(dev, addr))
     }
 
+    /// The IP of the GID the device is opened on: with `--gid-index`, that GID's; else
     /// `route_ip` when the device has a RoCEv2 GID for it, else the IP of the device's first
     /// RoCEv2 IPv4 GID (e.g. a loopback route, or a device on another interface).
     fn client_ip(route_ip: IpAddr, device: Option<&HwOptions>) -> Result<IpAddr, PingError> {
@@ -134,7 +161,7 @@ impl PingNic for HwNic {
             ..base.clone()
         };
         match HwDevice::open(&on_route) {
-            Ok(_) => Ok(route_ip),
+            Ok(d) => Ok(d.gid().to_ip()),
             Err(HwError::NoRoceV2Gid { .. }) if base.ip.is_none() => {
                 Ok(HwDevice::open(&base)?.gid().to_ip())
             }
@@ -156,6 +183,22 @@ impl PingNic for HwNic {
 
     fn rc_retransmits(&self) -> u64 {
         0
+    }
+
+    fn describe(&self) -> String {
+        let d = self.device();
+        format!(
+            "RDMA device {} port {}, GID index {} ({}), hardware backend",
+            Device::name(d),
+            d.port_num(),
+            d.gid_index(),
+            d.gid().to_ip()
+        )
+    }
+
+    fn max_path_mtu(&self) -> Option<Mtu> {
+        let d = self.device();
+        d.query_port(d.port_num()).ok().map(|p| p.active_mtu)
     }
 
     fn device_events(&mut self) -> usize {

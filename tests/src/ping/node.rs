@@ -53,6 +53,8 @@ pub struct Node<N: PingNic = SimNic> {
     pd: PdHandle,
     cfg: CmConfig,
     comp: CompChannel,
+    /// [`PingNic::describe`] of the NIC, taken at start.
+    described: String,
     /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
     /// while the server is busy): the next [`next_event`](Self::next_event) returns them
     /// first.
@@ -76,7 +78,7 @@ impl<N: PingNic> Node<N> {
     ) -> Result<Node<N>, PingError> {
         if bind.ip().is_unspecified() {
             return Err(PingError::Options(format!(
-                "{bind}: give a concrete IP address (the simulated RNIC's GID is derived from it)"
+                "{bind}: give a concrete IP address (the RNIC's GID is that address)"
             )));
         }
         let socket = std::net::UdpSocket::bind(bind)?;
@@ -87,7 +89,11 @@ impl<N: PingNic> Node<N> {
         }
         let pd = nic.device_mut().alloc_pd()?;
         let waiter = nic.event_waiter()?;
-        let cfg = cm_config(addr, wire);
+        let described = nic.describe();
+        let mut cfg = cm_config(addr, wire);
+        if let Some(max) = nic.max_path_mtu() {
+            cfg.path_mtu = cfg.path_mtu.min(max);
+        }
         let mut host = Host::new(nic, cfg)?;
         host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
@@ -122,11 +128,17 @@ impl<N: PingNic> Node<N> {
             pd,
             cfg,
             comp,
+            described,
             deferred: RefCell::new(VecDeque::new()),
         })
     }
 
-    /// The CM's configuration (its timers).
+    /// What the node runs on ([`PingNic::describe`]), for the report.
+    pub fn described(&self) -> &str {
+        &self.described
+    }
+
+    /// The CM's configuration (its timers, the path MTU it negotiates).
     pub fn cfg(&self) -> &CmConfig {
         &self.cfg
     }

@@ -132,6 +132,11 @@ impl WireRecord {
 pub struct PingReport {
     /// `client` or `server`.
     pub role: String,
+    /// What this side ran on: the simulated RNIC, or the RDMA device, port and GID.
+    pub device: String,
+    /// The connected QP's path MTU, bytes (what the CM negotiated, within the port's; `None`
+    /// when no connection was made).
+    pub path_mtu: Option<u32>,
     /// This side's UDP socket.
     pub local: String,
     /// The peer's UDP socket.
@@ -188,6 +193,10 @@ impl PingReport {
             "rnic ping {}: {} <-> {} (op {}, {} × {} B, disconnect by {})",
             self.role, self.local, self.peer, self.op, self.count, self.size, self.disconnect_by
         );
+        let _ = match self.path_mtu {
+            Some(mtu) => writeln!(s, "  on {}, path MTU {mtu}", self.device),
+            None => writeln!(s, "  on {}", self.device),
+        };
         let _ = writeln!(s, "  CM events:");
         for e in &self.events {
             let _ = writeln!(

@@ -21,7 +21,7 @@ use rnic_sim::nic::SimNic;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
-use verbs_core::{AccessFlags, Device, QpCap, QpInitAttr, QpState, SimTime};
+use verbs_core::{AccessFlags, Device, Mtu, QpCap, QpInitAttr, QpState, SimTime};
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
@@ -42,17 +42,24 @@ pub struct Params {
 const MAGIC: &[u8; 4] = b"RNPG";
 
 impl Params {
-    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, 0, count (LE), size (LE).
-    pub fn encode(&self) -> Vec<u8> {
+    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, flags (bit 0: the client
+    /// runs on a hardware RNIC, `hardware`), count (LE), size (LE).
+    pub fn encode(&self, hardware: bool) -> Vec<u8> {
         let mut v = MAGIC.to_vec();
-        v.extend_from_slice(&[1, self.op as u8, self.disconnect_by as u8, 0]);
+        v.extend_from_slice(&[
+            1,
+            self.op as u8,
+            self.disconnect_by as u8,
+            u8::from(hardware),
+        ]);
         v.extend_from_slice(&self.count.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
         v
     }
 
-    /// Parses [`encode`](Self::encode)'s bytes; `None` for anything else (not a ping client).
-    pub fn decode(b: &[u8]) -> Option<Params> {
+    /// Parses [`encode`](Self::encode)'s bytes into the parameters and whether the client
+    /// runs on hardware; `None` for anything else (not a ping client).
+    pub fn decode(b: &[u8]) -> Option<(Params, bool)> {
         if b.len() < 16 || &b[..4] != MAGIC || b[4] != 1 {
             return None;
         }
@@ -60,12 +67,15 @@ impl Params {
         let disconnect_by = DisconnectBy::from_u8(b[6])?;
         let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
         let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
-        (1..=super::MAX_SIZE).contains(&size).then_some(Params {
+        let params = Params {
             op,
             count,
             size,
             disconnect_by,
-        })
+        };
+        (1..=super::MAX_SIZE)
+            .contains(&size)
+            .then_some((params, b[7] & 1 != 0))
     }
 }
 
@@ -108,6 +118,8 @@ pub struct Session<'a, N: PingNic = SimNic> {
     stopped: Option<Stop>,
     failures: Vec<String>,
     established: bool,
+    /// The QP's path MTU once connected (what the CM negotiated, after the device's clamp).
+    path_mtu: Option<Mtu>,
     /// The node's wire counters when the session started (a server's node serves many).
     wire_start: WireRecord,
 }
@@ -154,6 +166,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             stopped: None,
             failures: Vec::new(),
             established: false,
+            path_mtu: None,
         };
         for ev in setup_events {
             s.record_event(&ev, t0);
@@ -186,10 +199,13 @@ impl<'a, N: PingNic> Session<'a, N> {
 
     fn qp_state(&mut self, when: &str) -> Option<QpState> {
         let qp = self.l.qp?;
-        let st = self
+        let (attr, _) = self
             .h()
-            .with(|ep, _| ep.inner().host().dev().query_qp(qp.handle).ok())
-            .map(|(a, _)| a.qp_state)?;
+            .with(|ep, _| ep.inner().host().dev().query_qp(qp.handle).ok())?;
+        let st = attr.qp_state;
+        if self.established {
+            self.path_mtu.get_or_insert(attr.path_mtu);
+        }
         self.qp_states.push(QpStateRecord {
             when: when.to_string(),
             state: qp_state_name(st),
@@ -305,8 +321,14 @@ impl<'a, N: PingNic> Session<'a, N> {
             .pop_front()
             .ok_or_else(|| Stop::Failed("no event".into()))?;
         if ev.event != want {
+            // A REJ's private data is the peer's reason, when it is text (a ping server's is).
+            let said = std::str::from_utf8(&ev.param.private_data)
+                .ok()
+                .map(|t| t.trim_end_matches('\0'))
+                .filter(|t| !t.is_empty() && t.chars().all(|c| !c.is_control()))
+                .map_or(String::new(), |t| format!(": the peer says \"{t}\""));
             return Err(Stop::Failed(format!(
-                "expected {name}, got {:?} (status {})",
+                "expected {name}, got {:?} (status {}){said}",
                 ev.event, ev.status
             )));
         }
@@ -369,7 +391,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         self.expect_event(CmEventType::RouteResolved)?;
         self.create_resources()?;
         let param = ConnParam {
-            private_data: self.params.encode(),
+            private_data: self.params.encode(N::ASYNC_COMPLETIONS),
             ..conn_param()
         };
         self.h()
@@ -792,6 +814,8 @@ impl<'a, N: PingNic> Session<'a, N> {
         let passed = checks.iter().all(|c| c.ok);
         PingReport {
             role: self.role.name().into(),
+            device: self.node.described().to_string(),
+            path_mtu: self.path_mtu.map(Mtu::bytes),
             local: self.node.local_addr().to_string(),
             peer: self.peer.to_string(),
             op: self.params.op.name().into(),
