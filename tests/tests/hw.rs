@@ -45,9 +45,8 @@ fn device_without_the_hw_feature_is_a_clear_error() {
 
 #[cfg(feature = "hw")]
 mod hw {
-    use super::ping_report::{events, report};
+    use super::ping_report::{events, listening_addr, report};
     use super::{run, RNIC};
-    use serde_json::Value;
     use std::io::{BufRead, BufReader, Read};
     use std::net::SocketAddr;
     use std::path::{Path, PathBuf};
@@ -149,15 +148,16 @@ mod hw {
     }
 
     fn spawn_server(t: &Target, args: &[&str]) -> ServerProc {
-        let mut child = t
-            .ping(&t.server_ip)
-            .args([
-                "--listen",
-                &format!("{}:0", t.server_ip),
-                "--once",
-                "--json",
-            ])
-            .args(args)
+        let mut cmd = t.ping(&t.server_ip);
+        let listen = format!("{}:0", t.server_ip);
+        cmd.args(["--listen", &listen, "--once", "--json"])
+            .args(args);
+        spawn(cmd)
+    }
+
+    /// Starts a server command and waits for its listening line.
+    fn spawn(mut cmd: Command) -> ServerProc {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -165,17 +165,12 @@ mod hw {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+        let Some(addr) = listening_addr(&line) else {
             let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            let mut e = child.stderr.take().unwrap();
+            e.read_to_string(&mut err).unwrap();
             panic!("server did not start: {line}{err}");
         };
-        let addr = v["listening"].as_str().unwrap().parse().unwrap();
         ServerProc { child, out, addr }
     }
 
@@ -338,42 +333,22 @@ mod hw {
     #[test]
     fn mixed_ends_are_refused_with_the_reason() {
         let t = Target::new(69);
-        let mut server = Command::new(RNIC)
-            .args([
-                "ping",
-                "--listen",
-                "127.0.0.69:0",
-                "--json",
-                "--fast-timers",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(server.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let addr: SocketAddr = serde_json::from_str::<Value>(&line).unwrap()["listening"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let (code, out, err) = run(t.ping(&t.client_ip).args([
-            "--connect",
-            &addr.to_string(),
+        let mut sim = Command::new(RNIC);
+        sim.args([
+            "ping",
+            "--listen",
+            "127.0.0.69:0",
+            "--json",
             "--fast-timers",
-            "--timeout",
-            "5",
-        ]));
-        server.kill().unwrap();
-        let mut serr = String::new();
-        server
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut serr)
-            .unwrap();
-        server.wait().unwrap();
+        ]);
+        let mut s = spawn(sim);
+        let (code, out, err) =
+            run(t
+                .ping(&t.client_ip)
+                .args(["--connect", &s.addr.to_string(), "--fast-timers"]));
+        // (A server serves on after a refusal.)
+        s.child.kill().unwrap();
+        let (_, _, serr) = s.finish();
         assert_eq!(code, 1, "{out}{err}");
         let why = "give --device on both sides or on neither";
         assert!(out.contains("REJECTED") && out.contains(why), "{out}");

@@ -12,7 +12,7 @@
 
 mod ping_report;
 
-use ping_report::{events, report};
+use ping_report::{events, listening_addr, report};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -55,14 +55,7 @@ fn spawn_server(prefix: &[&str], listen: &str, args: &[&str]) -> ServerProc {
         out.read_line(&mut line).unwrap() > 0,
         "server printed nothing"
     );
-    let addr = match line.strip_prefix("listening on ") {
-        Some(a) => a.trim().parse().unwrap(),
-        None => serde_json::from_str::<Value>(&line).unwrap()["listening"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap(),
-    };
+    let addr = listening_addr(&line).unwrap_or_else(|| panic!("not a listening line: {line}"));
     ServerProc { child, out, addr }
 }
 
@@ -341,11 +334,7 @@ fn two_clients_at_once_are_served_one_after_the_other() {
     let mut out = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    let addr: SocketAddr = serde_json::from_str::<Value>(&line).unwrap()["listening"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let addr = listening_addr(&line).unwrap();
     let args = ["--count", "300", "--op", "send", "--json"];
     let clients: Vec<(i32, String)> = std::thread::scope(|s| {
         let a = s.spawn(|| run_client(&[], addr, &args));

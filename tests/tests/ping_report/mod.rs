@@ -4,6 +4,18 @@
 #![allow(clippy::unwrap_used, dead_code)] // test helpers; each test file uses some
 
 use serde_json::Value;
+use std::net::SocketAddr;
+
+/// The address in a server's first line: `listening on ADDR` or `{"listening":"ADDR"}`.
+pub fn listening_addr(line: &str) -> Option<SocketAddr> {
+    match line.strip_prefix("listening on ") {
+        Some(a) => a.trim().parse().ok(),
+        None => serde_json::from_str::<Value>(line).ok()?["listening"]
+            .as_str()?
+            .parse()
+            .ok(),
+    }
+}
 
 /// The report object in a `--json` output (the line with a verdict).
 pub fn report(out: &str) -> Value {
