@@ -28,9 +28,10 @@ use verbs_core::{AsyncElement, AsyncEvent, Device};
 /// # Errors
 /// `ENODEV` without a runtime; what `socketpair(2)` or `fcntl(F_DUPFD_CLOEXEC)` returned.
 pub(super) fn new_async_fd() -> Result<c_int, i32> {
-    let r = rt()?;
-    // `with`: a descriptor made now is topped up at once, for events already queued.
-    r.with(|n, _| n.async_fd())
+    // (A duplicate of the node's one descriptor: it carries the tokens already raised. No
+    // lock is taken: rdma_cm makes its context from inside calls that hold the node.)
+    rt()?
+        .async_fd()
         .map(IntoRawFd::into_raw_fd)
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))
 }
@@ -76,13 +77,9 @@ pub unsafe extern "C" fn ibv_get_async_event(
         let (Ok(r), false) = (rt(), context.is_null() || event.is_null()) else {
             return fail(libc::EINVAL);
         };
-        // Made by the context's `ibv_open_device`; missing only if that failed to make it (the
-        // rdma_cm context, whose `async_fd` is then -1).
-        let Some(fd) = r.with_quiet(|n, _| n.async_ends()) else {
-            return fail(libc::EBADF);
-        };
+        let fd = r.async_ends();
         loop {
-            if let Err(e) = wait_token(&fd) {
+            if let Err(e) = wait_token(fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }
             let got = r.with(|n, _| {

@@ -64,10 +64,10 @@ pub struct Node {
     /// How long address and route resolution take ([`Config::resolve_us`]).
     resolve_ns: u64,
     next_comp: u32,
-    /// Readiness of the device's async events (`ibv_get_async_event`), made by the first
-    /// context: one for the process, as there is one device, whose queue of async events every
-    /// context shares ([`Node::async_fd`]).
-    async_signal: Option<Signal>,
+    /// Readiness of the device's async events (`ibv_get_async_event`): one for the process,
+    /// as there is one device, whose queue of async events every context shares
+    /// ([`Runtime::async_fd`]).
+    async_signal: Signal,
 }
 
 impl Node {
@@ -105,34 +105,9 @@ impl Node {
         Ok((n, self.comp.entry(n).or_insert(cs)))
     }
 
-    /// A new descriptor on the device's async events, for one context's `async_fd`: readable
-    /// exactly while the device has an async event queued. Every context's descriptor is a
-    /// duplicate of the same socket (one device, one queue): an event goes to whichever context
-    /// reads it first, and `O_NONBLOCK` set on one context's `async_fd` applies to all.
-    ///
-    /// # Errors
-    /// The descriptor pair or the duplicate could not be made (`EMFILE` …).
-    pub fn async_fd(&mut self) -> io::Result<OwnedFd> {
-        if let Some(s) = &self.async_signal {
-            return s.dup_app();
-        }
-        let s = Signal::new()?;
-        let fd = s.dup_app()?;
-        self.async_signal = Some(s);
-        Ok(fd)
-    }
-
-    /// The async events' descriptor pair, to wait on outside the node lock; `None` before the
-    /// first context was opened.
-    pub fn async_ends(&self) -> Option<Arc<Ends>> {
-        self.async_signal.as_ref().map(Signal::ends)
-    }
-
     /// A reader consumed one token of the async events' descriptor.
     pub fn async_claimed(&mut self) {
-        if let Some(s) = &mut self.async_signal {
-            s.claimed();
-        }
+        self.async_signal.claimed();
     }
 
     /// `rdma_resolve_addr`/`rdma_resolve_route` on `ch` just queued their event: Linux runs
@@ -152,9 +127,8 @@ impl Node {
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
         }
-        if let Some(s) = &mut self.async_signal {
-            s.raise_to(self.nic.device().pending_async_events() as u64);
-        }
+        self.async_signal
+            .raise_to(self.nic.device().pending_async_events() as u64);
         self.held.retain(|_, until| *until > now);
         for (ch, s) in &mut self.cm_signals {
             if !self.held.contains_key(ch) {
@@ -235,6 +209,8 @@ pub struct Runtime {
     addr: SocketAddr,
     /// Signalled on every `rdma_ack_cm_event`, for `rdma_destroy_id`'s wait.
     acked: (Mutex<u64>, Condvar),
+    /// The node's async event descriptor pair ([`Runtime::async_fd`]).
+    async_ends: Arc<Ends>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -314,6 +290,9 @@ impl Runtime {
             cm_cfg = cm_cfg.with_fast_timers();
         }
         let cm = RdmaCm::new(&dev, cm_cfg).map_err(|e| format!("connection manager: {e}"))?;
+        let async_signal =
+            Signal::new().map_err(|e| format!("cannot make the async event descriptor: {e}"))?;
+        let async_ends = async_signal.ends();
         let node = Node {
             nic: SimNic::new(dev, addr),
             cm,
@@ -325,7 +304,7 @@ impl Runtime {
             held: BTreeMap::new(),
             resolve_ns: config.resolve_us.saturating_mul(1000),
             next_comp: 1,
-            async_signal: None,
+            async_signal,
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
@@ -339,7 +318,25 @@ impl Runtime {
             config,
             addr,
             acked: (Mutex::new(0), Condvar::new()),
+            async_ends,
         })
+    }
+
+    /// A new descriptor on the device's async events, for one context's `async_fd`: readable
+    /// exactly while the device has an async event queued. Every context's descriptor is a
+    /// duplicate of the same socket (one device, one queue): an event goes to whichever context
+    /// reads it first, and `O_NONBLOCK` set on one context's `async_fd` applies to all. Takes
+    /// no lock: contexts are opened from inside other calls (rdma_cm's `id->verbs`).
+    ///
+    /// # Errors
+    /// What `fcntl(F_DUPFD_CLOEXEC)` returns (e.g. `EMFILE`).
+    pub fn async_fd(&self) -> io::Result<OwnedFd> {
+        self.async_ends.dup_app()
+    }
+
+    /// The async events' descriptor pair, to wait on outside the node lock.
+    pub fn async_ends(&self) -> &Arc<Ends> {
+        &self.async_ends
     }
 
     /// Runs `f` on the node with the current time, sends what it queued and raises the

@@ -35,6 +35,16 @@ pub struct Signal {
     raised: u64,
 }
 
+impl Ends {
+    /// A new descriptor (close-on-exec) for the application's end ([`Signal::dup_app`]).
+    ///
+    /// # Errors
+    /// What `fcntl(F_DUPFD_CLOEXEC)` returns (e.g. `EMFILE`).
+    pub fn dup_app(&self) -> io::Result<OwnedFd> {
+        self.app.try_clone()
+    }
+}
+
 impl Signal {
     /// A new, empty channel descriptor (close-on-exec, blocking).
     ///
@@ -71,7 +81,7 @@ impl Signal {
     /// # Errors
     /// What `fcntl(F_DUPFD_CLOEXEC)` returns (e.g. `EMFILE`).
     pub fn dup_app(&self) -> io::Result<OwnedFd> {
-        self.ends.app.try_clone()
+        self.ends.dup_app()
     }
 
     /// Makes the tokens match `queued` events: adds those of events queued since the last call,
