@@ -28,6 +28,7 @@ pub mod pump;
 
 pub mod fabric;
 pub mod nic;
+pub mod peers;
 pub mod rng;
 pub mod roce;
 

@@ -8,9 +8,9 @@
 
 use crate::device::SimDevice;
 use crate::fabric::Endpoint;
+use crate::peers::PeerTable;
 use crate::roce::{decode_bytes, encode, Flow, ROCE_V2_UDP_DPORT};
 use bytes::Bytes;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use verbs_core::{Gid, SimTime};
 
@@ -74,7 +74,7 @@ pub struct SimNic {
     dev: SimDevice,
     addr: SocketAddr,
     /// Peers whose socket is not `(GID's IP, 4791)`, e.g. two processes on one loopback IP.
-    peers: BTreeMap<Gid, SocketAddr>,
+    peers: PeerTable,
     check_icrc: bool,
     counters: NicCounters,
     capture: Capture,
@@ -87,7 +87,7 @@ impl SimNic {
         SimNic {
             dev,
             addr,
-            peers: BTreeMap::new(),
+            peers: PeerTable::default(),
             check_icrc: true,
             counters: NicCounters::default(),
             capture: Capture::default(),
@@ -101,9 +101,25 @@ impl SimNic {
     }
 
     /// Routes packets for `gid` to `addr` instead of `(gid's IP, 4791)`, and recognises
-    /// datagrams from `addr` as coming from `gid`.
+    /// datagrams from `addr` as coming from `gid` ([`PeerTable::set`]: held until released).
     pub fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
-        self.peers.insert(gid, addr);
+        self.peers.set(gid, addr);
+    }
+
+    /// The same route, learned from a datagram ([`PeerTable::learn`]: bounded, the oldest
+    /// learned route goes first).
+    pub fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
+        self.peers.learn(gid, addr);
+    }
+
+    /// Makes the route [`set_peer_addr`](Self::set_peer_addr) held an ordinary learned one.
+    pub fn release_peer(&mut self, gid: Gid) {
+        self.peers.release(gid);
+    }
+
+    /// The routes to peers.
+    pub fn peers(&self) -> &PeerTable {
+        &self.peers
     }
 
     /// Turns ICRC checking of received datagrams on (default) or off.
@@ -147,16 +163,13 @@ impl SimNic {
     /// gave, else the GID's IP on UDP port 4791.
     pub fn peer_addr(&self, gid: Gid) -> SocketAddr {
         self.peers
-            .get(&gid)
-            .copied()
+            .addr(gid)
             .unwrap_or_else(|| SocketAddr::new(gid.to_ip(), ROCE_V2_UDP_DPORT))
     }
 
     fn peer_gid(&self, src: SocketAddr) -> Gid {
         self.peers
-            .iter()
-            .find(|(_, a)| **a == src)
-            .map(|(g, _)| *g)
+            .gid(src)
             .unwrap_or_else(|| Gid::from_ip(src.ip()))
     }
 }

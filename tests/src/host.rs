@@ -34,8 +34,16 @@ pub trait Nic: Endpoint {
     /// The device, mutably.
     fn device_mut(&mut self) -> &mut Self::Dev;
 
-    /// Sends what is for `gid` to the socket `addr` (see [`SimNic::set_peer_addr`]).
+    /// Sends what is for `gid` to the socket `addr` (see [`SimNic::set_peer_addr`]), until
+    /// [`release_peer`](Self::release_peer).
     fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr);
+
+    /// The same route, learned from a datagram: bounded, the oldest learned route goes first
+    /// (see [`SimNic::learn_peer_addr`]).
+    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr);
+
+    /// Makes a route [`set_peer_addr`](Self::set_peer_addr) held an ordinary learned one.
+    fn release_peer(&mut self, gid: Gid);
 
     /// The socket what is for `gid` goes to.
     fn peer_addr(&self, gid: Gid) -> SocketAddr;
@@ -68,6 +76,14 @@ impl Nic for SimNic {
 
     fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
         SimNic::set_peer_addr(self, gid, addr)
+    }
+
+    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
+        SimNic::learn_peer_addr(self, gid, addr)
+    }
+
+    fn release_peer(&mut self, gid: Gid) {
+        SimNic::release_peer(self, gid)
     }
 
     fn peer_addr(&self, gid: Gid) -> SocketAddr {
@@ -116,6 +132,9 @@ impl<N: Nic> Host<N> {
     /// dropped and counted ([`foreign_drops`](Self::foreign_drops)); the second client's CM
     /// retries its REQ until the server is free.
     pub fn pin_peer(&mut self, peer: Option<SocketAddr>) {
+        if let Some(old) = self.pinned.take() {
+            self.nic.release_peer(Gid::from_ip(old.ip()));
+        }
         self.pinned = peer;
         if let Some(p) = peer {
             self.nic.set_peer_addr(Gid::from_ip(p.ip()), p);
@@ -173,7 +192,7 @@ impl<N: Nic> Endpoint for Host<N> {
             return;
         }
         if self.learn_peers {
-            self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
+            self.nic.learn_peer_addr(Gid::from_ip(src.ip()), src);
         }
         Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
         self.poll_gsi(now);

@@ -16,9 +16,9 @@ use bytes::Bytes;
 use rnic_hw::HwDevice;
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::{Capture, Captured, NicCounters};
+use rnic_sim::peers::PeerTable;
 use rnic_sim::roce::{decode_bytes, encode, Flow};
 use rnic_sim::{gsi_packet, gsi_payload, psn_add, GSI_QPN};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use verbs_core::{Error, Gid, GsiDatagram, SimTime};
 
@@ -27,7 +27,7 @@ pub struct HwNic {
     dev: HwDevice,
     addr: SocketAddr,
     /// The CM sockets of peers, learned from the wire or set before connecting.
-    peers: BTreeMap<Gid, SocketAddr>,
+    peers: PeerTable,
     /// PSN of the next MAD sent (UD receivers do not check it).
     psn: u32,
     counters: NicCounters,
@@ -51,7 +51,7 @@ impl HwNic {
         HwNic {
             dev,
             addr,
-            peers: BTreeMap::new(),
+            peers: PeerTable::default(),
             psn: 0,
             counters: NicCounters::default(),
             not_gsi: 0,
@@ -73,6 +73,16 @@ impl HwNic {
     /// The datagrams recorded since the last call.
     pub fn take_capture(&mut self) -> Vec<Captured> {
         self.capture.take()
+    }
+
+    /// The CM socket's refusals by reason: undecodable datagrams, datagrams that were not a
+    /// MAD for QP1, learned peers dropped to keep the table bounded.
+    pub fn drop_counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("nic.undecodable", self.counters.rx_decode_errors),
+            ("nic.not_gsi", self.not_gsi),
+            ("nic.peers_evicted", self.peers.evicted()),
+        ]
     }
 
     /// The CM socket's datagram counters (decode errors include datagrams that were not a
@@ -158,14 +168,21 @@ impl Nic for HwNic {
     }
 
     fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
-        self.peers.insert(gid, addr);
+        self.peers.set(gid, addr);
+    }
+
+    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
+        self.peers.learn(gid, addr);
+    }
+
+    fn release_peer(&mut self, gid: Gid) {
+        self.peers.release(gid);
     }
 
     /// The peer's CM socket: learned or set; else the GID's IP on this socket's port.
     fn peer_addr(&self, gid: Gid) -> SocketAddr {
         self.peers
-            .get(&gid)
-            .copied()
+            .addr(gid)
             .unwrap_or_else(|| SocketAddr::new(gid.to_ip(), self.addr.port()))
     }
 

@@ -283,7 +283,7 @@ impl<N: PingNic> Server<N> {
             let (cm, _) = ep.inner_mut().host_mut().split();
             let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
             cm.bind_addr(id, addr)?;
-            cm.listen(id, 8)
+            cm.listen(id, node::LISTEN_BACKLOG)
         })?;
         Ok(Server {
             node,

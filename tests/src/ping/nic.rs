@@ -50,6 +50,10 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// RC retransmissions (simulated RNIC; 0 where the device does not tell).
     fn rc_retransmits(&self) -> u64;
 
+    /// Datagrams and packets the NIC refused, by reason (`nic.*` for the socket's datagrams,
+    /// `rnic.*` for the device's packets).
+    fn drop_counters(&self) -> Vec<(&'static str, u64)>;
+
     /// What the node runs on, for the report: the simulated RNIC, or the device, port and GID.
     fn describe(&self) -> String;
 
@@ -120,6 +124,22 @@ impl PingNic for SimNic {
     fn describe(&self) -> String {
         "the simulated RNIC".into()
     }
+
+    fn drop_counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.device().counters();
+        vec![
+            ("nic.undecodable", self.datagram_counters().rx_decode_errors),
+            ("nic.peers_evicted", self.peers().evicted()),
+            ("rnic.malformed", c.malformed),
+            ("rnic.bad_pkey", c.bad_pkey),
+            ("rnic.unknown_qp", c.unknown_qp),
+            ("rnic.wrong_qp_type", c.wrong_qp_type),
+            ("rnic.qp_not_ready", c.qp_not_ready),
+            ("rnic.wrong_source", c.wrong_source),
+            ("rnic.qkey_mismatch", c.qkey_mismatch),
+            ("rnic.ud_no_recv", c.ud_no_recv),
+        ]
+    }
 }
 
 impl PingNic for HwNic {
@@ -183,6 +203,10 @@ impl PingNic for HwNic {
 
     fn rc_retransmits(&self) -> u64 {
         0
+    }
+
+    fn drop_counters(&self) -> Vec<(&'static str, u64)> {
+        HwNic::drop_counters(self)
     }
 
     fn describe(&self) -> String {

@@ -8,16 +8,23 @@ use super::nic::{DeviceWaker, PingNic};
 use super::wire::FaultyEndpoint;
 use super::{PingError, WireOptions};
 use crate::host::Host;
-use cm_core::api::{CmEvent, CmIdHandle, EventChannel};
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
 use cm_core::engine::CmConfig;
 use rnic_hw::HwOptions;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 use verbs_core::{CompChannel, Device, Gid, PdHandle, SimTime};
+
+/// The most CM events of other connections a node keeps while it serves one (the listen
+/// backlog, [`LISTEN_BACKLOG`]): past it a waiting client is refused with a REJ.
+pub const MAX_DEFERRED: usize = LISTEN_BACKLOG as usize;
+
+/// The backlog a ping server listens with.
+pub const LISTEN_BACKLOG: u32 = 8;
 
 /// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
 pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
@@ -55,6 +62,8 @@ pub struct Node<N: PingNic = SimNic> {
     comp: CompChannel,
     /// [`PingNic::describe`] of the NIC, taken at start.
     described: String,
+    /// Clients refused for want of room in `deferred`.
+    refused: Cell<u64>,
     /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
     /// while the server is busy): the next [`next_event`](Self::next_event) returns them
     /// first.
@@ -129,6 +138,7 @@ impl<N: PingNic> Node<N> {
             cfg,
             comp,
             described,
+            refused: Cell::new(0),
             deferred: RefCell::new(VecDeque::new()),
         })
     }
@@ -202,11 +212,28 @@ impl<N: PingNic> Node<N> {
         while let Some(ev) = get_event(ep, now, self.ch) {
             if ev.id == id {
                 own.push(ev);
-            } else {
-                self.deferred.borrow_mut().push_back(ev);
+                continue;
+            }
+            let mut deferred = self.deferred.borrow_mut();
+            if deferred.len() < MAX_DEFERRED {
+                deferred.push_back(ev);
+            } else if ev.event == CmEventType::ConnectRequest {
+                // More clients waiting than the listen backlog: refuse the newest, as a full
+                // backlog would have dropped its REQ (the queue is the backlog's continuation:
+                // fetching events frees backlog room, so without this bound a flood of REQs
+                // would queue without end).
+                let (cm, dev) = ep.inner_mut().host_mut().split();
+                let _ = cm.reject(dev, now, ev.id, b"server busy");
+                let _ = cm.destroy_id(dev, now, ev.id);
+                self.refused.set(self.refused.get() + 1);
             }
         }
         own
+    }
+
+    /// Clients refused because [`MAX_DEFERRED`] were already waiting.
+    pub fn refused(&self) -> u64 {
+        self.refused.get()
     }
 
     /// The next CM event on the node's channel (acked), waiting at most `timeout`.

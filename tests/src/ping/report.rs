@@ -2,6 +2,7 @@
 
 use super::wire::FaultStats;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// One CM event as the application got it (`rdma_get_cm_event`).
@@ -102,6 +103,9 @@ pub struct WireRecord {
     pub cm_retransmits: u64,
     /// RC packets retransmitted after a transport timeout or NAK.
     pub rc_retransmits: u64,
+    /// Input refused, by reason (`cm.rx_wrong_source`, `rnic.wrong_source`,
+    /// `nic.peers_evicted`, `ping.clients_refused`, …): only the reasons that counted.
+    pub drops: BTreeMap<String, u64>,
 }
 
 impl WireRecord {
@@ -123,6 +127,17 @@ impl WireRecord {
                 .saturating_sub(start.other_client_drops),
             cm_retransmits: self.cm_retransmits.saturating_sub(start.cm_retransmits),
             rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
+            drops: self
+                .drops
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.saturating_sub(start.drops.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect(),
         }
     }
 }
@@ -259,6 +274,10 @@ impl PingReport {
             w.cm_retransmits,
             w.rc_retransmits
         );
+        if !w.drops.is_empty() {
+            let list: Vec<String> = w.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(s, "  refused input: {}", list.join(", "));
+        }
         if let Some(why) = &self.stopped {
             let _ = writeln!(s, "  stopped early: {why}");
         }

@@ -873,6 +873,32 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             other_client_drops: host.foreign_drops(),
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
+            drops: drop_counters(host.cm().counters(), host.nic(), node.refused()),
         }
     })
+}
+
+/// Every reason input was refused for, by name (zero counts too; [`WireRecord::since`] keeps
+/// the ones that counted).
+fn drop_counters<N: PingNic>(
+    c: &cm_core::engine::CmCounters,
+    nic: &N,
+    refused: u64,
+) -> std::collections::BTreeMap<String, u64> {
+    let cm = [
+        ("cm.rx_malformed", c.rx_malformed),
+        ("cm.rx_unsupported", c.rx_unsupported),
+        ("cm.rx_unmatched", c.rx_unmatched),
+        ("cm.rx_wrong_state", c.rx_wrong_state),
+        ("cm.rx_wrong_qpn", c.rx_wrong_qpn),
+        ("cm.rx_wrong_source", c.rx_wrong_source),
+        ("cm.rx_backlog_full", c.rx_backlog_full),
+        ("cm.rx_no_listener", c.rx_no_listener),
+        ("cm.rx_dreq_unknown", c.rx_dreq_unknown),
+    ];
+    cm.into_iter()
+        .chain(nic.drop_counters())
+        .chain([("ping.clients_refused", refused)])
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
