@@ -25,6 +25,9 @@ pub struct NicCounters {
     pub rx_decode_errors: u64,
     /// Packets the device produced that the codec refused to encode (a device bug if non-zero).
     pub tx_encode_errors: u64,
+    /// Datagrams dropped because they came from a socket other than the one their sender's GID
+    /// is routed to (another port of a peer's IP).
+    pub rx_foreign_socket: u64,
 }
 
 /// One captured datagram: when, between which sockets, and its bytes (the RoCEv2 UDP payload).
@@ -193,8 +196,15 @@ impl Endpoint for SimNic {
         self.capture.record(now, flow, &bytes);
         match decode_bytes(&bytes, &flow, self.check_icrc) {
             Ok(packet) => {
-                self.counters.rx_datagrams += 1;
                 let gid = self.peer_gid(src);
+                // A peer's traffic comes from the one socket its GID is routed to: a datagram
+                // from another port of its IP is someone else's (a forgery, or another process
+                // on that host), and must not reach the peer's QPs.
+                if self.peer_addr(gid) != src {
+                    self.counters.rx_foreign_socket += 1;
+                    return;
+                }
+                self.counters.rx_datagrams += 1;
                 self.dev.handle_packet(now, gid, packet);
             }
             Err(e) => {
@@ -234,5 +244,45 @@ impl Endpoint for SimNic {
 
     fn addr(&self) -> SocketAddr {
         self.addr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimDeviceConfig;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn nic(last: u8) -> SimNic {
+        let ip = Ipv4Addr::new(10, 0, 0, last);
+        SimNic::at_gid(SimDevice::new(SimDeviceConfig::new(
+            format!("sim{last}"),
+            Gid::from_ipv4(ip),
+        )))
+    }
+
+    /// A datagram from another port of a peer's IP does not reach the device; the same bytes
+    /// from the peer's socket do.
+    #[test]
+    fn datagrams_from_a_foreign_socket_of_a_peer_ip_are_dropped() {
+        let (mut a, mut b) = (nic(1), nic(2));
+        // Another process on a's IP, on another port (its ICRC right for its own socket).
+        let forged = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5555);
+        let mut other = SimNic::new(nic(1).into_device(), forged);
+        let to_b = b.device().gid();
+        let send = |n: &mut SimNic| {
+            n.device_mut()
+                .gsi_send(to_b, crate::GSI_QPN, Bytes::from_static(&[7; 256]))
+                .ok();
+            n.poll_transmit(SimTime::ZERO)
+                .unwrap_or_else(|| panic!("queued"))
+                .1
+        };
+        b.handle_datagram(SimTime::ZERO, forged, send(&mut other));
+        assert_eq!(b.datagram_counters().rx_foreign_socket, 1);
+        assert!(b.device_mut().gsi_recv().is_none());
+        b.handle_datagram(SimTime::ZERO, a.addr(), send(&mut a));
+        assert_eq!(b.datagram_counters().rx_datagrams, 1);
+        assert!(b.device_mut().gsi_recv().is_some());
     }
 }

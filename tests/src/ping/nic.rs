@@ -129,6 +129,10 @@ impl PingNic for SimNic {
         let c = self.device().counters();
         vec![
             ("nic.undecodable", self.datagram_counters().rx_decode_errors),
+            (
+                "nic.foreign_socket",
+                self.datagram_counters().rx_foreign_socket,
+            ),
             ("nic.peers_evicted", self.peers().evicted()),
             ("rnic.malformed", c.malformed),
             ("rnic.bad_pkey", c.bad_pkey),
