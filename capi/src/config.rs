@@ -6,7 +6,7 @@
 //! | `RNIC_DEVICE` | the device name `ibv_get_device_name` returns | `rnic0` |
 //! | `RNIC_MTU` | the port's active MTU in bytes (256 … 4096), the path MTU rdma_cm uses | 1024 |
 //! | `RNIC_DROP_RATE` | drop each datagram, in either direction, with this probability (0 … 1) | 0 |
-//! | `RNIC_SEED` | seed of the drop decisions and of the CM's identifiers | from the OS |
+//! | `RNIC_SEED` | seed of the drop decisions, of the CM's identifiers (comm IDs, transaction IDs, start PSNs) and of the RNIC's (QPNs, lkeys/rkeys, MR addresses); set it to repeat a run | from the OS (`/dev/urandom`) |
 //! | `RNIC_RESOLVE_US` | how long address and route resolution each take before their event is reported, µs (Linux runs them on work queues) | 1000 |
 //! | `RNIC_FAST_TIMERS` | `1` (or `true`, `yes`): short CM and transport timers (as `rnic ping --fast-timers`); `0`, `false`, `no`: Linux's | off |
 //! | `RNIC_STATS` | `1`: the RNIC's counters on stderr at exit; `every:MS` (MS ≥ 10): also every MS ms | off |

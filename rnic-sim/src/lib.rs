@@ -12,6 +12,7 @@
 mod cq;
 mod device;
 mod gsi;
+mod ids;
 mod memory;
 mod mr;
 mod psn;

@@ -1,15 +1,24 @@
 //! Memory regions: their backings, keys and the protection checks of lkeys and rkeys.
 //!
-//! Keys are built as rxe builds them: `index << 8 | key`, where `index` is the region's slot and
-//! `key` an 8-bit tag [rxe_mr.c]. rxe draws the tag at random; here it is a counter, so keys are
-//! deterministic. The rkey equals the lkey when the region allows any remote access, else 0
-//! (as rxe). Virtual addresses of device-owned regions come from a bump allocator: page
-//! aligned, a one-page gap between regions, never reused, so a stale address never lands in a
-//! new region. Caller-supplied regions ([`MrMemory::External`]) take the address the caller
-//! gives (the application's pointer): they may overlap each other and device-owned regions, so
-//! every keyed access resolves the region by its key's index, never by address.
+//! Keys are built as rxe builds them: `key_index << 8 | tag`, an index in the upper 24 bits and
+//! an 8-bit tag [rxe_mr.c]. Each region takes the next slot index (1, 2, …, never reused, so a
+//! stale key never names a later region). With the device's seed 0 the key index is the slot
+//! index and the tag an 8-bit counter: deterministic, sequential keys. With any other seed the
+//! key index is the slot index under a keyed permutation of the 24-bit space
+//! ([`Perm24`](crate::ids::Perm24), inverted in O(1) to find the slot from a key) and the tag
+//! is drawn from the seed's stream, as rxe draws it at random (`rxe_get_next_key`): a peer
+//! that saw one rkey cannot compute the next. The rkey equals the lkey when the region allows
+//! any remote access, else 0 (as rxe). Virtual addresses of device-owned regions come from a
+//! bump allocator: page aligned, a one-page gap between regions, never reused, so a stale
+//! address never lands in a new region; with a non-zero seed it starts at a seeded page offset
+//! (below 1 TiB) above `mr_base_va`. Caller-supplied regions ([`MrMemory::External`]) take the
+//! address the caller gives (the application's pointer): they may overlap each other and
+//! device-owned regions, so every keyed access resolves the region by its key's index, never by
+//! address.
 
+use crate::ids::{self, Perm24};
 use crate::memory::MrMemory;
+use crate::rng::Rng;
 use std::collections::BTreeMap;
 use verbs_core::{AccessFlags, Errno, Error, Sge};
 
@@ -72,8 +81,12 @@ pub(crate) fn range_error() -> Error {
     Error::new(Errno::EFAULT, "range leaves the MR")
 }
 
-/// The largest slot index: keys are `index << 8 | tag` in 32 bits.
+/// The largest slot index: keys are `key_index << 8 | tag` in 32 bits.
 const MAX_INDEX: u32 = 0x00FF_FFFF;
+
+/// With a non-zero seed, the bump allocator starts this many pages at most above `mr_base_va`
+/// (2^28 pages of 4 KiB: 1 TiB).
+const VA_SPREAD_PAGES: u64 = 1 << 28;
 
 /// One registered region.
 #[derive(Debug, Clone)]
@@ -113,24 +126,42 @@ pub(crate) enum ScatterError {
     Protection,
 }
 
-/// The device's regions, keyed by slot index (= handle value = `lkey >> 8`).
+/// The device's regions, keyed by slot index (= handle value; [`MrTable::slot_of`] finds it
+/// from a key).
 #[derive(Debug, Clone)]
 pub(crate) struct MrTable {
     entries: BTreeMap<u32, MrEntry>,
     next_index: u32,
+    /// The next tag when unseeded (a counter).
     next_tag: u8,
     next_va: u64,
+    /// Slot index → key index (the identity with seed 0).
+    key_index: Perm24,
+    /// The tags' stream (`None` with seed 0: the tag is `next_tag`).
+    tags: Option<Rng>,
 }
 
 impl MrTable {
-    /// An empty table whose first region starts at `base_va`.
-    pub fn new(base_va: u64) -> Self {
+    /// An empty table whose first region starts at `base_va` (plus a seeded page offset with a
+    /// non-zero `seed`), its keys drawn from `seed` (module docs).
+    pub fn new(base_va: u64, seed: u64) -> Self {
+        let base = base_va.div_ceil(PAGE).saturating_mul(PAGE).max(PAGE);
+        let offset =
+            ids::stream(seed, ids::MR_VA_STREAM).map_or(0, |mut r| r.below(VA_SPREAD_PAGES) * PAGE);
         MrTable {
             entries: BTreeMap::new(),
             next_index: 1,
             next_tag: 0,
-            next_va: base_va.div_ceil(PAGE).saturating_mul(PAGE).max(PAGE),
+            next_va: base.saturating_add(offset),
+            key_index: Perm24::new(seed, ids::MR_INDEX_STREAM),
+            tags: ids::stream(seed, ids::MR_TAG_STREAM),
         }
+    }
+
+    /// The slot index a key names, if it names one at all (key index 0 never does). O(1).
+    fn slot_of(&self, key: u32) -> Option<u32> {
+        let k = key >> 8;
+        (k != 0).then(|| self.key_index.invert_from(1, k))
     }
 
     /// Number of live regions.
@@ -179,8 +210,15 @@ impl MrTable {
             return None;
         }
         self.next_index += 1;
-        let lkey = (index << 8) | u32::from(self.next_tag);
-        self.next_tag = self.next_tag.wrapping_add(1);
+        let tag = match &mut self.tags {
+            Some(r) => r.next_u64() as u8,
+            None => {
+                let t = self.next_tag;
+                self.next_tag = t.wrapping_add(1);
+                t
+            }
+        };
+        let lkey = (self.key_index.apply_from(1, index) << 8) | u32::from(tag);
         let remote =
             AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
         let rkey = if access.intersects(remote) { lkey } else { 0 };
@@ -223,11 +261,12 @@ impl MrTable {
         len: u64,
         need: AccessFlags,
     ) -> Option<(u32, usize)> {
-        let e = self.entries.get(&(lkey >> 8))?;
+        let slot = self.slot_of(lkey)?;
+        let e = self.entries.get(&slot)?;
         if e.lkey != lkey || e.pd != pd || !e.access.contains(need) {
             return None;
         }
-        Some((lkey >> 8, e.offset_of(addr, len)?))
+        Some((slot, e.offset_of(addr, len)?))
     }
 
     /// Resolves a remote range for an incoming RDMA/atomic: the rkey (non-zero) names a live
@@ -243,11 +282,12 @@ impl MrTable {
         if rkey == 0 {
             return None;
         }
-        let e = self.entries.get(&(rkey >> 8))?;
+        let slot = self.slot_of(rkey)?;
+        let e = self.entries.get(&slot)?;
         if e.rkey != rkey || e.pd != pd || !e.access.contains(need) {
             return None;
         }
-        Some((rkey >> 8, e.offset_of(va, len)?))
+        Some((slot, e.offset_of(va, len)?))
     }
 
     /// Gathers the bytes an SGE list describes (a SEND/WRITE payload), each SGE's region found
@@ -345,5 +385,70 @@ impl MrTable {
             )
             .is_some()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_with(seed: u64, n: usize) -> (MrTable, Vec<(u32, u32)>) {
+        let mut t = MrTable::new(0x1000_0000, seed);
+        let regions = (0..n)
+            .map(|_| {
+                let (h, _, lkey, _) = t.register(1, 8, AccessFlags::LOCAL_WRITE).unwrap();
+                (h, lkey)
+            })
+            .collect();
+        (t, regions)
+    }
+
+    #[test]
+    fn seeded_keys_are_unique_and_each_resolves_to_its_own_region() {
+        let (t, regions) = table_with(0x5eed, 5000);
+        let mut seen = std::collections::BTreeSet::new();
+        for &(h, lkey) in &regions {
+            assert!(seen.insert(lkey >> 8), "key index {:#x} twice", lkey >> 8);
+            let e = t.get(h).unwrap();
+            let (found, off) = t
+                .check_local(1, lkey, e.addr, 8, AccessFlags::LOCAL_WRITE)
+                .unwrap();
+            assert_eq!((found, off), (h, 0));
+            // The same index with another tag names nothing.
+            assert!(t
+                .check_local(1, lkey ^ 0x5a, e.addr, 8, AccessFlags::empty())
+                .is_none());
+        }
+        // Keys whose index part is 0 never name a region.
+        for k in [0, 1, 0xff] {
+            assert!(t.slot_of(k).is_none());
+        }
+    }
+
+    #[test]
+    fn a_deregistered_seeded_key_stays_dead_after_new_registrations() {
+        let (mut t, regions) = table_with(77, 3);
+        let (h, stale) = regions[1];
+        let addr = t.get(h).unwrap().addr;
+        assert!(t.deregister(h));
+        for _ in 0..1000 {
+            let (_, _, lkey, _) = t.register(1, 8, AccessFlags::LOCAL_WRITE).unwrap();
+            assert_ne!(lkey >> 8, stale >> 8, "a key index came back");
+        }
+        assert!(t
+            .check_local(1, stale, addr, 8, AccessFlags::empty())
+            .is_none());
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_keys_and_another_seed_others() {
+        let keys = |seed| table_with(seed, 16).1;
+        assert_eq!(keys(5), keys(5));
+        assert_ne!(keys(5), keys(6));
+        assert_eq!(
+            keys(0).iter().map(|&(_, k)| k).collect::<Vec<_>>(),
+            (1..=16u32).map(|i| i << 8 | (i - 1)).collect::<Vec<_>>(),
+            "seed 0: index << 8 | counter"
+        );
     }
 }

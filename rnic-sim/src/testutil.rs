@@ -28,7 +28,14 @@ pub(crate) fn caps(wr: u32) -> QpCap {
 }
 
 pub(crate) fn node_with(last: u8, cap: QpCap, cqe: u32, sq_sig_all: bool) -> Node {
-    let mut dev = SimDevice::new(SimDeviceConfig::new(format!("sim{last}"), gid(last)));
+    node_seeded(last, cap, cqe, sq_sig_all, 0)
+}
+
+/// [`node_with`] on a device with [`SimDeviceConfig::seed`] `seed`.
+pub(crate) fn node_seeded(last: u8, cap: QpCap, cqe: u32, sq_sig_all: bool, seed: u64) -> Node {
+    let mut cfg = SimDeviceConfig::new(format!("sim{last}"), gid(last));
+    cfg.seed = seed;
+    let mut dev = SimDevice::new(cfg);
     let spec = RcEndpointSpec {
         mr_len: 64 * 1024,
         mr_access: ALL_ACCESS,

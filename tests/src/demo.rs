@@ -146,6 +146,8 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     let wire = WireOptions {
         fast_timers: opts.fast_timers,
         mtu: opts.mtu,
+        // Real sockets: identifiers a peer cannot guess, as `rnic ping` draws them.
+        seed: rnic_sim::fabric::udp::os_seed(),
         ..WireOptions::default()
     };
     let mut server =

@@ -125,8 +125,8 @@ fn matches_pattern(seed: u64, tag: u64, base: u64, got: &[u8], skip: usize) -> b
 pub struct WorldConfig {
     /// Number of hosts (1..=250); host `h` is at [`host_ip`]`(h)`.
     pub hosts: usize,
-    /// The one seed: the fabric's fault stream, each host's CM seed and the data pattern are
-    /// [`Rng::fork`]s of it.
+    /// The one seed: the fabric's fault stream, each host's CM and device seeds and the data
+    /// pattern are [`Rng::fork`]s of it.
     pub seed: u64,
     /// The network's faults (the World adds crashes to it).
     pub faults: FaultPlan,
@@ -161,6 +161,19 @@ impl WorldConfig {
     pub fn fast(mut self) -> Self {
         self.fast_timers = true;
         self
+    }
+
+    /// Host `h`'s [`SimDeviceConfig::seed`]: its QPNs, lkeys/rkeys and MR addresses are
+    /// seeded, as a real-time driver's are, so every scenario runs with identifiers that are
+    /// not the sequential defaults. The same in every life of the host: a restart with amnesia
+    /// hands out the same first QPN again, as a rebooted rxe does (the stale-connection rules
+    /// of cm-spec §2.9 depend on it).
+    pub fn device_seed(&self, h: usize) -> u64 {
+        Rng::new(self.seed)
+            .fork(0x686f_7374)
+            .fork(h as u64)
+            .fork(0x0064_6576) // "dev"; the CM's forks are the epochs, 0..=255
+            .key()
     }
 
     /// Host `h`'s CM configuration in life `epoch` (a restart with amnesia gets a new seed but
@@ -954,7 +967,9 @@ pub struct World {
 }
 
 fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
-    let dev = SimDevice::new(SimDeviceConfig::new("sim", Gid::from_ip(host_ip(h))));
+    let mut dcfg = SimDeviceConfig::new("sim", Gid::from_ip(host_ip(h)));
+    dcfg.seed = cfg.device_seed(h);
+    let dev = SimDevice::new(dcfg);
     let mut nic = SimNic::at_gid(dev);
     if cfg.capture {
         nic.start_capture();

@@ -317,6 +317,30 @@ fn ping_with_seeded_loss_recovers_by_retransmission() {
             + r["wire"]["cm_retransmits"].as_u64().unwrap()
     };
     assert!(retx(&c) + retx(&s) > 0, "{c:#}\n{s:#}");
+    // The report names the seed (a decimal string in JSON): the given one on the client, one
+    // drawn from the OS on the server, which was given none.
+    assert_eq!(c["seed"], "7");
+    let server_seed: u64 = s["seed"].as_str().unwrap().parse().unwrap();
+    assert_ne!(server_seed, 7);
+}
+
+/// Without `--seed`, each process draws its seed from the OS: two runs' identifiers differ,
+/// and the text report prints the seed with the option that repeats it.
+#[test]
+fn ping_without_seed_draws_one_from_the_os_and_prints_it() {
+    let ((cc, cout), (sc, sout)) =
+        ping_pair(&["--fast-timers"], &["--fast-timers", "--count", "1"]);
+    assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+    let seed_of = |out: &str| -> u64 {
+        let line = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("seed "))
+            .unwrap_or_else(|| panic!("no seed line in:\n{out}"));
+        let (seed, rest) = line.split_once(' ').unwrap();
+        assert_eq!(rest, format!("(repeat with --seed {seed})"));
+        seed.parse().unwrap()
+    };
+    assert_ne!(seed_of(&cout), seed_of(&sout));
 }
 
 /// Two clients on one IP share the GID the IP maps to. Started at the same moment against one

@@ -26,6 +26,27 @@ fn user_style_test_connect_post_disconnect_passes_the_oracle(
     Ok(())
 }
 
+/// The World seeds each host's RNIC from its own seed, as real-time drivers seed theirs from
+/// the OS: QPNs are not the sequential defaults (0x11, 0x12, …), the same seed gives the same
+/// QPNs, and another seed others.
+#[test]
+fn world_rnics_have_seeded_qpns_that_repeat_with_the_world_seed(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let qpns = |seed| -> Result<(u32, u32), Box<dyn std::error::Error>> {
+        let mut w = World::new(WorldConfig::two_hosts(seed))?;
+        let c = w.establish(0, 1)?;
+        Ok((c.active.qp.qp_num, c.passive.qp.qp_num))
+    };
+    let a = qpns(7)?;
+    assert_eq!(a, qpns(7)?);
+    assert_ne!(a, qpns(8)?);
+    assert!(a.0 != 0x11 && a.1 != 0x11, "{a:x?}");
+    let cfg = WorldConfig::two_hosts(7);
+    assert_ne!(cfg.device_seed(0), cfg.device_seed(1));
+    assert_ne!(cfg.device_seed(0), 0);
+    Ok(())
+}
+
 #[test]
 fn replay_seed_reports_exactly_what_run_seed_reports() {
     for seed in 0..50 {

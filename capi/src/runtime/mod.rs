@@ -16,7 +16,7 @@ use crate::config::{Config, ROCE_PORT};
 use bytes::Bytes;
 use cm_core::api::{EventChannel, RdmaCm};
 use cm_core::engine::CmConfig;
-use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::fabric::udp::{os_seed, SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use rnic_sim::rng::Rng;
@@ -251,22 +251,9 @@ fn init_logging() {
         .try_init();
 }
 
-/// Eight bytes from the OS (`/dev/urandom`), for identifiers a peer must not guess.
-fn os_seed() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
-        Ok(()) => u64::from_le_bytes(b),
-        // No urandom: the process ID and the clock still differ between runs.
-        Err(_) => {
-            #[allow(clippy::disallowed_methods)] // driver code: wall clock as a last resort
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            t ^ (u64::from(std::process::id()) << 32)
-        }
-    }
-}
+/// [`Rng::fork`] label of the device's seed ("dev"): the CM takes the process's seed as it
+/// is, the simulated RNIC (QPNs, keys, MR addresses) a fork of it.
+const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
 
 impl Runtime {
     fn start() -> Result<Runtime, String> {
@@ -279,6 +266,7 @@ impl Runtime {
         let gid = Gid::from_ip(addr.ip());
         let mut dcfg = SimDeviceConfig::new(config.device.clone(), gid);
         dcfg.active_mtu = config.mtu;
+        dcfg.seed = Rng::new(seed).fork(DEVICE_SEED_STREAM).key();
         let dev = SimDevice::new(dcfg);
         let mut cm_cfg = CmConfig {
             ca_guid: dev.config().node_guid,

@@ -157,7 +157,9 @@ pub struct SimDeviceConfig {
     pub max_qp_init_rd_atom: u32,
     /// Maximum inline payload in bytes.
     pub max_inline_data: u32,
-    /// First QP number handed out (24 bits; 0 and 1 are never handed out).
+    /// Where the QPN counter starts (24 bits; 0 and 1 are never handed out). With
+    /// [`seed`](Self::seed) 0 it is the first QPN handed out; otherwise the first QPN is its
+    /// image under the seed's permutation.
     pub first_qpn: u32,
     /// Virtual address of the first MR.
     pub mr_base_va: u64,
@@ -168,6 +170,16 @@ pub struct SimDeviceConfig {
     /// The requester asks for an ACK at least every this many packets
     /// (rxe `RXE_MAX_PKT_PER_ACK` 64).
     pub max_pkts_per_ack: u32,
+    /// Seed of the identifiers a peer must not guess. 0 (the default): QPNs count up from
+    /// `first_qpn`, lkeys/rkeys are `index << 8 | counter` and MR addresses start at
+    /// `mr_base_va` — the sequential values of every trace made before seeds existed. Any
+    /// other value: QPNs are a counter under a keyed permutation of the 24-bit space (never 0
+    /// or 1, never a live QPN, the next not computable from the last), key indices likewise
+    /// with a seeded 8-bit tag, and the MR address allocator starts at a seeded page offset
+    /// (`docs/semantics-verbs.md`, "Objects and identity"). The device stays deterministic:
+    /// the same seed gives the same identifiers. Real-time drivers pass OS randomness
+    /// ([`crate::fabric::udp::os_seed`]); deterministic ones a seed derived from their own.
+    pub seed: u64,
 }
 
 impl SimDeviceConfig {
@@ -195,11 +207,13 @@ impl SimDeviceConfig {
             active_mtu: Mtu::Mtu1024,
             max_unacked_psns: 128,
             max_pkts_per_ack: 64,
+            seed: 0,
         }
     }
 }
 
-/// The simulated RNIC. Deterministic: no randomness, no clock, ordered maps only. `Clone` is a
+/// The simulated RNIC. Deterministic: no randomness but its configuration's seed, no clock,
+/// ordered maps only. `Clone` is a
 /// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
 /// copies), except for regions over caller-supplied memory
 /// ([`SimDevice::reg_mr_external`]): a clone shares their [`crate::ExternalMemory`] (the
@@ -212,7 +226,10 @@ pub struct SimDevice {
     next_pd: u32,
     next_cq: u32,
     qps: BTreeMap<u32, SimQp>,
+    /// The QPN counter (2..=0xFF_FFFF, wrapping); the QPN is its image under `qpn_order`.
     next_qpn: u32,
+    /// The seed's permutation of QPNs (the identity with seed 0).
+    qpn_order: crate::ids::Perm24,
     gsi: crate::gsi::Gsi,
     /// QPs touched since the last [`SimDevice::poll_transmit`] ran the requesters: only they
     /// can have something new to send (a QP's requester emits all it may in one go, and only
@@ -235,7 +252,7 @@ impl SimDevice {
     pub fn new(cfg: SimDeviceConfig) -> Self {
         let sh = Shared {
             gid: cfg.gid,
-            mrs: MrTable::new(cfg.mr_base_va),
+            mrs: MrTable::new(cfg.mr_base_va, cfg.seed),
             cqs: BTreeMap::new(),
             events: VecDeque::new(),
             tx: VecDeque::new(),
@@ -247,6 +264,7 @@ impl SimDevice {
         let first = cfg.first_qpn & QPN_MASK;
         SimDevice {
             next_qpn: if first < 2 { 2 } else { first },
+            qpn_order: crate::ids::Perm24::new(cfg.seed, crate::ids::QPN_STREAM),
             cfg,
             sh,
             pds: BTreeSet::new(),
@@ -478,10 +496,19 @@ impl SimDevice {
         Ok(())
     }
 
+    /// Sets the QPN counter (tests: make it meet a live QPN without 2^24 allocations).
+    #[cfg(test)]
+    pub(crate) fn set_qpn_counter(&mut self, counter: u32) {
+        self.next_qpn = counter;
+    }
+
+    /// The next QPN: the counter's image under the seed's permutation of `2..2^24` (the
+    /// counter itself with seed 0), skipping live QPNs.
     fn allocate_qpn(&mut self) -> Option<u32> {
         for _ in 0..=QPN_MASK {
-            let n = self.next_qpn;
-            self.next_qpn = if n >= QPN_MASK { 2 } else { n + 1 };
+            let c = self.next_qpn;
+            self.next_qpn = if c >= QPN_MASK { 2 } else { c + 1 };
+            let n = self.qpn_order.apply_from(2, c);
             if n >= 2 && !self.qps.contains_key(&n) {
                 return Some(n);
             }

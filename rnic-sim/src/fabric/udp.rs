@@ -59,6 +59,27 @@ const IDLE_TICK: Duration = Duration::from_millis(10);
 /// The receive buffer size in bytes: the largest UDP payload.
 pub const MAX_DATAGRAM: usize = 65_535;
 
+/// Eight bytes of OS randomness (`/dev/urandom`): the default seed of a real-time driver, for
+/// the identifiers a peer must not guess (comm IDs, transaction IDs and start PSNs of the CM,
+/// QPNs and keys of [`SimDeviceConfig::seed`](crate::SimDeviceConfig::seed)). Never 0, which
+/// a device reads as "unseeded". Without `/dev/urandom`, the wall clock and the process ID
+/// (they still differ between runs, but are guessable; a warning says so).
+pub fn os_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    let seed = match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(e) => {
+            tracing::warn!("/dev/urandom: {e}; seeding identifiers from the clock and PID");
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            t ^ (u64::from(std::process::id()) << 32)
+        }
+    };
+    seed.max(1)
+}
+
 /// Counters of a UDP driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct UdpStats {

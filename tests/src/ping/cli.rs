@@ -8,6 +8,7 @@ use super::{
 };
 use crate::hw_nic::HwNic;
 use rnic_hw::HwOptions;
+use rnic_sim::fabric::udp::os_seed;
 use rnic_sim::nic::SimNic;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -55,9 +56,13 @@ pub struct PingArgs {
     /// Drop each datagram (either direction) with this probability (0..=1), seeded.
     #[arg(long, default_value_t = 0.0)]
     pub drop_rate: f64,
-    /// Seed of the drop decisions.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Seed of the identifiers a peer must not guess (the CM's comm IDs, transaction IDs and
+    /// start PSNs; the RNIC's QPNs, lkeys/rkeys and MR addresses) and of the drop decisions.
+    /// Default: 8 bytes from /dev/urandom. The report prints the seed used: give it here to
+    /// repeat a run (with the same socket addresses, the same identifiers; always the same
+    /// drops).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// After this many iterations treat the peer as dead: drop every datagram to and from it.
     /// The verdict then expects RETRY_EXC_ERR and DISCONNECTED with status -110.
     #[arg(long, value_name = "N")]
@@ -157,7 +162,7 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
     };
     let wire = WireOptions {
         drop_rate: a.drop_rate,
-        seed: a.seed,
+        seed: a.seed.unwrap_or_else(os_seed),
         fast_timers: a.fast_timers,
         mtu: mtu(a.mtu),
     };

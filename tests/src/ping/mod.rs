@@ -151,7 +151,11 @@ impl PingOp {
 pub struct WireOptions {
     /// Probability of dropping each datagram, in either direction (`--drop-rate`, 0 ..= 1).
     pub drop_rate: f64,
-    /// Seed of the drop decisions (`--seed`).
+    /// The seed (`--seed`; `rnic ping` draws one from the OS without it): with the node's
+    /// socket address it seeds the CM's identifiers ([`node::cm_config`]) and the simulated
+    /// RNIC's ([`node::device_seed`]); alone, the drop decisions. [`Default`] gives 1, for
+    /// tests in one process; a driver facing a network should use
+    /// [`os_seed`](rnic_sim::fabric::udp::os_seed).
     pub seed: u64,
     /// Short CM and transport timers (`--fast-timers`): DREQ gives up (-110) after ≈ 120 ms,
     /// RC retries (RETRY_EXC_ERR) after ≈ 134 ms, TimeWait 16 ms. Otherwise Linux's defaults.

@@ -93,6 +93,7 @@ impl PingNic for SimNic {
         }
         let mut dcfg = SimDeviceConfig::new(name, Gid::from_ip(addr.ip()));
         dcfg.active_mtu = wire.mtu;
+        dcfg.seed = super::node::device_seed(addr, wire);
         Ok(SimNic::new(SimDevice::new(dcfg), addr))
     }
 

@@ -13,6 +13,7 @@ use cm_core::engine::CmConfig;
 use rnic_hw::HwOptions;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
+use rnic_sim::rng::Rng;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -29,8 +30,15 @@ pub const LISTEN_BACKLOG: u32 = 8;
 /// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
 pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
 
-/// The CM configuration of a node at `addr`: a CA GUID and seed unique to the socket (two
-/// processes on one IP differ by port), Linux timers or short ones (`--fast-timers`).
+/// [`Rng::fork`] label of the simulated RNIC's seed ("dev").
+const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
+
+/// [`Rng::fork`] label of the drop decisions' seed ("drop").
+const DROP_SEED_STREAM: u64 = 0x6472_6f70;
+
+/// The CM configuration of a node at `addr`: a CA GUID unique to the socket (two processes on
+/// one IP differ by port), a seed from the socket and `w.seed` (unguessable when `w.seed` is,
+/// distinct for two nodes of one process), Linux timers or short ones (`--fast-timers`).
 pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
     let ip = match addr.ip() {
         std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
@@ -50,6 +58,15 @@ pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
     }
 }
 
+/// The [`SimDeviceConfig::seed`](rnic_sim::SimDeviceConfig::seed) of a node at `addr`: a fork
+/// of its CM seed ([`cm_config`]), so its QPNs, keys and MR addresses are as unguessable as
+/// `w.seed`, and two nodes of one process differ.
+pub fn device_seed(addr: SocketAddr, w: &WireOptions) -> u64 {
+    Rng::new(cm_config(addr, w).seed)
+        .fork(DEVICE_SEED_STREAM)
+        .key()
+}
+
 /// A host (a NIC + RdmaCm) behind the fault layer, running on a real UDP socket: the
 /// simulated RNIC by default, or a hardware RNIC whose events a second thread waits for
 /// ([`DeviceWaker`]).
@@ -59,6 +76,8 @@ pub struct Node<N: PingNic = SimNic> {
     ch: EventChannel,
     pd: PdHandle,
     cfg: CmConfig,
+    /// The seed the node was made with ([`WireOptions::seed`]).
+    seed: u64,
     comp: CompChannel,
     /// [`PingNic::describe`] of the NIC, taken at start.
     described: String,
@@ -106,7 +125,10 @@ impl<N: PingNic> Node<N> {
         let mut host = Host::new(nic, cfg)?;
         host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
-        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, wire.seed ^ cfg.seed);
+        // The drops depend on the seed alone (not on the socket, as the identifiers do), so
+        // that `--seed S` repeats them.
+        let drop_seed = Rng::new(wire.seed).fork(DROP_SEED_STREAM).key();
+        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, drop_seed);
         let driver = UdpDriver::spawn(ep, socket)?;
         // The application waits for completions (through the CQs' channel) and CM events
         // only: ACKs and other traffic do not wake it.
@@ -136,6 +158,7 @@ impl<N: PingNic> Node<N> {
             ch,
             pd,
             cfg,
+            seed: wire.seed,
             comp,
             described,
             refused: Cell::new(0),
@@ -146,6 +169,11 @@ impl<N: PingNic> Node<N> {
     /// What the node runs on ([`PingNic::describe`]), for the report.
     pub fn described(&self) -> &str {
         &self.described
+    }
+
+    /// The seed the node was made with ([`WireOptions::seed`]): `--seed` repeats its run.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The CM's configuration (its timers, the path MTU it negotiates).

@@ -149,6 +149,11 @@ pub struct PingReport {
     pub role: String,
     /// What this side ran on: the simulated RNIC, or the RDMA device, port and GID.
     pub device: String,
+    /// The seed of this side's identifiers and drops (`--seed`, or the one drawn from the
+    /// OS): `--seed` with this value repeats the run. In JSON a decimal string: a 64-bit
+    /// value does not survive a reader that parses numbers as doubles (JavaScript, jq 1.6).
+    #[serde(serialize_with = "decimal_string")]
+    pub seed: u64,
     /// The connected QP's path MTU, bytes (what the CM negotiated, within the port's; `None`
     /// when no connection was made).
     pub path_mtu: Option<u32>,
@@ -212,6 +217,7 @@ impl PingReport {
             Some(mtu) => writeln!(s, "  on {}, path MTU {mtu}", self.device),
             None => writeln!(s, "  on {}", self.device),
         };
+        let _ = writeln!(s, "  seed {} (repeat with --seed {})", self.seed, self.seed);
         let _ = writeln!(s, "  CM events:");
         for e in &self.events {
             let _ = writeln!(
@@ -292,6 +298,11 @@ impl PingReport {
         let _ = writeln!(s, "verdict: {}", self.verdict);
         s
     }
+}
+
+/// Serialises a `u64` as its decimal string.
+fn decimal_string<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// `CamelCase` → `UPPER_SNAKE` (`WrFlushErr` → `WR_FLUSH_ERR`, `TimewaitExit` →

@@ -815,6 +815,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         PingReport {
             role: self.role.name().into(),
             device: self.node.described().to_string(),
+            seed: self.node.seed(),
             path_mtu: self.path_mtu.map(Mtu::bytes),
             local: self.node.local_addr().to_string(),
             peer: self.peer.to_string(),
