@@ -34,8 +34,9 @@
 //! * timers: after `handle_timeout(now)`, no CM or RNIC timer is still due at `now`; the two
 //!   CMs fall silent at one instant (no endless exchange without time passing).
 //!
-//! Not checked on purpose: that a forged message from the foreign GID is refused. The CM does
-//! not compare a MAD's source with the connection's peer yet (issue 12, item 2).
+//! * forgeries: a MAD from the foreign GID leaves the IB CM state of every existing id as it
+//!   was (it may only start a connection of its own, or be answered: a DREQ for no
+//!   connection draws a DREP), issue 12 item 2.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -316,6 +317,7 @@ pub struct World {
 
 fn counters_rx_sum(c: &CmCounters) -> u64 {
     c.rx_malformed
+        + c.rx_wrong_source
         + c.rx_unsupported
         + c.rx_unmatched
         + c.rx_duplicates
@@ -500,7 +502,22 @@ impl World {
         let now = self.now;
         let host = &mut self.hosts[to];
         let before = *host.cm.counters();
+        let states: Vec<_> = host
+            .cm
+            .ids()
+            .into_iter()
+            .map(|id| (id, host.cm.ib_cm_state(id)))
+            .collect();
         host.cm.handle_datagram(&mut host.dev, now, src, mad);
+        if src == gid(2) {
+            for (id, was) in &states {
+                assert_eq!(
+                    host.cm.ib_cm_state(*id),
+                    *was,
+                    "host {to}: a MAD from the foreign GID changed id {id:?}"
+                );
+            }
+        }
         let after = *host.cm.counters();
         assert_eq!(
             after.rx_mads,
