@@ -8,7 +8,7 @@ mod harness;
 
 use cm_core::api::CmEventType as E;
 use cm_core::engine::IbCmState;
-use cm_core::wire::{CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ};
+use cm_core::wire::{CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ, CM_REQ_ATTR_ID as REQ};
 use harness::*;
 use std::net::Ipv4Addr;
 use verbs_core::Gid;
@@ -69,4 +69,36 @@ fn a_rej_from_another_address_does_not_reject() {
     assert_eq!(w.hosts[0].cm.ib_cm_state(a), Some(IbCmState::ReqSent));
     deliver_from(&mut w, 0, Gid::from_ipv4(ip(1)), &rej);
     assert!(w.has(0, E::Rejected));
+}
+
+/// A REQ that reuses a live connection's CA GUID and QPN means "that peer restarted": the old
+/// connection is declared stale (REJ 10, DREQ). Believed only from the peer's own address.
+#[test]
+fn a_stale_connection_req_from_another_address_ends_nothing() {
+    let mut w = World::new();
+    w.listen();
+    let a = w.active_id();
+    w.connect(a);
+    // The REQ host 0 sent, to be replayed from elsewhere with a fresh comm ID (so it is not a
+    // duplicate) but the same CA GUID and QPN.
+    let mut req = w.hosts[0]
+        .dev
+        .outbox
+        .iter()
+        .find(|(_, m)| u16::from_be_bytes([m[16], m[17]]) == REQ)
+        .map(|(_, m)| m.clone())
+        .expect("the REQ was queued");
+    assert!(w.run_until(1, E::ConnectRequest));
+    let b = w.accept_last();
+    assert!(w.run_until(1, E::Established));
+    req[24..28].copy_from_slice(&0x7777_7777u32.to_be_bytes());
+    deliver_from(&mut w, 1, Gid::from_ipv4(ATTACKER), &req);
+    assert_eq!(w.hosts[1].cm.engine().counters().rx_wrong_source, 1);
+    assert_eq!(w.hosts[1].cm.engine().counters().rx_stale, 0);
+    assert_eq!(w.hosts[1].cm.ib_cm_state(b), Some(IbCmState::Established));
+    assert!(!w.has(1, E::Disconnected));
+    // From the peer's own address (a real restart), the same REQ ends the old connection.
+    deliver_from(&mut w, 1, Gid::from_ipv4(ip(0)), &req);
+    assert_eq!(w.hosts[1].cm.engine().counters().rx_stale, 1);
+    let _ = a;
 }

@@ -82,6 +82,12 @@ impl CmEngine {
             return;
         }
         if let Some(&old) = self.remote_qpns.get(&(guid, r.local_qpn)) {
+            // A REQ reusing a live connection's (CA GUID, QPN) says its peer restarted (the
+            // old connection is stale and gets a DREQ): believed only from that peer's
+            // address, else anyone who knows the two numbers could end the connection.
+            if !self.sent_by_peer(old, src) {
+                return;
+            }
             self.counters.rx_stale += 1;
             self.issue_rej(
                 src,
