@@ -112,14 +112,10 @@ impl PeerTable {
     pub fn release(&mut self, gid: Gid) {
         if let Some(e) = self.by_gid.get(&gid).copied() {
             if e.learned.is_none() {
-                self.learn_unchecked(gid, e.addr);
+                self.remove(gid);
+                self.learn(gid, e.addr);
             }
         }
-    }
-
-    fn learn_unchecked(&mut self, gid: Gid, addr: SocketAddr) {
-        self.remove(gid);
-        self.learn(gid, addr);
     }
 
     fn insert(&mut self, gid: Gid, addr: SocketAddr, learned: Option<u64>) {

@@ -98,7 +98,6 @@ pub struct Host<N: Nic = SimNic> {
     cm: RdmaCm,
     learn_peers: bool,
     pinned: Option<SocketAddr>,
-    foreign_drops: u64,
 }
 
 impl<N: Nic> Host<N> {
@@ -114,7 +113,6 @@ impl<N: Nic> Host<N> {
             cm,
             learn_peers: false,
             pinned: None,
-            foreign_drops: 0,
         })
     }
 
@@ -128,9 +126,9 @@ impl<N: Nic> Host<N> {
     /// Serve only `peer` among the sockets of its IP (`None`: all). Several processes on one
     /// IP share one GID (the GID is the IP), so while a server is busy with one client, a
     /// second client on the same IP would otherwise take over the GID's route and receive the
-    /// first one's packets. While pinned, datagrams from another socket of `peer`'s IP are
-    /// dropped and counted ([`foreign_drops`](Self::foreign_drops)); the second client's CM
-    /// retries its REQ until the server is free.
+    /// first one's packets. While pinned, the route is held ([`Nic::set_peer_addr`]), so the
+    /// NIC drops datagrams from another socket of `peer`'s IP and counts them
+    /// (`rx_foreign_socket`); the second client's CM retries its REQ until the server is free.
     pub fn pin_peer(&mut self, peer: Option<SocketAddr>) {
         if let Some(old) = self.pinned.take() {
             self.nic.release_peer(Gid::from_ip(old.ip()));
@@ -139,11 +137,6 @@ impl<N: Nic> Host<N> {
         if let Some(p) = peer {
             self.nic.set_peer_addr(Gid::from_ip(p.ip()), p);
         }
-    }
-
-    /// Datagrams dropped because they came from another socket of the pinned peer's IP.
-    pub fn foreign_drops(&self) -> u64 {
-        self.foreign_drops
     }
 
     /// The NIC (verbs queries, counters, capture).
@@ -187,10 +180,6 @@ impl<N: Nic> Host<N> {
 impl<N: Nic> Endpoint for Host<N> {
     /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        if self.pinned.is_some_and(|p| p.ip() == src.ip() && p != src) {
-            self.foreign_drops += 1;
-            return;
-        }
         if self.learn_peers {
             self.nic.learn_peer_addr(Gid::from_ip(src.ip()), src);
         }

@@ -81,6 +81,7 @@ impl HwNic {
         vec![
             ("nic.undecodable", self.counters.rx_decode_errors),
             ("nic.not_gsi", self.not_gsi),
+            ("nic.foreign_socket", self.counters.rx_foreign_socket),
             ("nic.peers_evicted", self.peers.evicted()),
         ]
     }
@@ -105,7 +106,15 @@ impl Endpoint for HwNic {
             self.counters.rx_decode_errors += 1;
             return;
         };
-        let gid = Gid::from_ip(src.ip());
+        let gid = self
+            .peers
+            .gid(src)
+            .unwrap_or_else(|| Gid::from_ip(src.ip()));
+        // As on the simulated NIC: a peer speaks from the one socket its GID is routed to.
+        if Nic::peer_addr(self, gid) != src {
+            self.counters.rx_foreign_socket += 1;
+            return;
+        }
         if packet.bth.dest_qp != GSI_QPN {
             self.not_gsi += 1;
             return;

@@ -871,7 +871,7 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             nic_tx: nic.tx_datagrams,
             nic_rx: nic.rx_datagrams,
             faults: ep.stats(),
-            other_client_drops: host.foreign_drops(),
+            other_client_drops: nic.rx_foreign_socket,
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
             drops: drop_counters(host.cm().counters(), host.nic(), node.refused()),
