@@ -19,13 +19,14 @@ pub mod app;
 pub mod cli;
 pub mod nic;
 pub mod node;
+pub mod params;
 pub mod report;
 pub mod session;
 pub mod wire;
 
 pub use node::Node;
+pub use params::Params;
 pub use report::PingReport;
-pub use session::Params;
 
 use cm_core::api::CmEventType;
 use cm_core::engine::IbCmState;

@@ -5,6 +5,7 @@
 
 use super::app::PingHost;
 use super::nic::{DeviceWaker, PingNic};
+use super::report::WireRecord;
 use super::wire::FaultyEndpoint;
 use super::{PingError, WireOptions};
 use crate::host::Host;
@@ -299,4 +300,46 @@ fn get_event<N: PingNic>(
     // Acking an event we hold cannot fail; nothing to do if it did.
     let _ = cm.ack_cm_event(ev.clone());
     Some(ev)
+}
+
+/// The node's wire counters since it started.
+pub(super) fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
+    node.handle().with(|ep, _| {
+        let host = ep.inner().host();
+        let nic = host.nic().datagram_counters();
+        WireRecord {
+            nic_tx: nic.tx_datagrams,
+            nic_rx: nic.rx_datagrams,
+            faults: ep.stats(),
+            other_client_drops: nic.rx_foreign_socket,
+            cm_retransmits: host.cm().counters().tx_retransmits,
+            rc_retransmits: host.nic().rc_retransmits(),
+            drops: drop_counters(host.cm().counters(), host.nic(), node.refused()),
+        }
+    })
+}
+
+/// Every reason input was refused for, by name (zero counts too; [`WireRecord::since`] keeps
+/// the ones that counted).
+fn drop_counters<N: PingNic>(
+    c: &cm_core::engine::CmCounters,
+    nic: &N,
+    refused: u64,
+) -> std::collections::BTreeMap<String, u64> {
+    let cm = [
+        ("cm.rx_malformed", c.rx_malformed),
+        ("cm.rx_unsupported", c.rx_unsupported),
+        ("cm.rx_unmatched", c.rx_unmatched),
+        ("cm.rx_wrong_state", c.rx_wrong_state),
+        ("cm.rx_wrong_qpn", c.rx_wrong_qpn),
+        ("cm.rx_wrong_source", c.rx_wrong_source),
+        ("cm.rx_backlog_full", c.rx_backlog_full),
+        ("cm.rx_no_listener", c.rx_no_listener),
+        ("cm.rx_dreq_unknown", c.rx_dreq_unknown),
+    ];
+    cm.into_iter()
+        .chain(nic.drop_counters())
+        .chain([("ping.clients_refused", refused)])
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }

@@ -8,12 +8,13 @@
 
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
 use super::nic::PingNic;
-use super::node::{Node, PingEndpoint};
+use super::node::{wire_counters, Node, PingEndpoint};
+use super::params::{Params, MAGIC};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
     TimelineEntry, WireRecord,
 };
-use super::{DisconnectBy, PingOp, Role};
+use super::{PingOp, Role};
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
 use cm_core::engine::IbCmState;
 use rnic_sim::fabric::udp::UdpHandle;
@@ -25,59 +26,6 @@ use verbs_core::{AccessFlags, Device, Mtu, QpCap, QpInitAttr, QpState, SimTime};
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
-
-/// The connection parameters the client sends in the REQ's private data (16 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Params {
-    /// What each iteration does.
-    pub op: PingOp,
-    /// Iterations.
-    pub count: u32,
-    /// Bytes per SEND/WRITE/READ.
-    pub size: u32,
-    /// Who calls `rdma_disconnect` first.
-    pub disconnect_by: DisconnectBy,
-}
-
-const MAGIC: &[u8; 4] = b"RNPG";
-
-impl Params {
-    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, flags (bit 0: the client
-    /// runs on a hardware RNIC, `hardware`), count (LE), size (LE).
-    pub fn encode(&self, hardware: bool) -> Vec<u8> {
-        let mut v = MAGIC.to_vec();
-        v.extend_from_slice(&[
-            1,
-            self.op as u8,
-            self.disconnect_by as u8,
-            u8::from(hardware),
-        ]);
-        v.extend_from_slice(&self.count.to_le_bytes());
-        v.extend_from_slice(&self.size.to_le_bytes());
-        v
-    }
-
-    /// Parses [`encode`](Self::encode)'s bytes into the parameters and whether the client
-    /// runs on hardware; `None` for anything else (not a ping client).
-    pub fn decode(b: &[u8]) -> Option<(Params, bool)> {
-        if b.len() < 16 || &b[..4] != MAGIC || b[4] != 1 {
-            return None;
-        }
-        let op = PingOp::from_u8(b[5])?;
-        let disconnect_by = DisconnectBy::from_u8(b[6])?;
-        let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
-        let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
-        let params = Params {
-            op,
-            count,
-            size,
-            disconnect_by,
-        };
-        (1..=super::MAX_SIZE)
-            .contains(&size)
-            .then_some((params, b[7] & 1 != 0))
-    }
-}
 
 fn qp_state_name(s: QpState) -> String {
     upper_snake(&format!("{s:?}"))
@@ -860,46 +808,4 @@ fn latency(ns: &mut [u64]) -> Option<Latency> {
 /// 7 (infinite).
 pub fn conn_param() -> ConnParam {
     ConnParam::rping_defaults()
-}
-
-/// The node's wire counters since it started.
-fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
-    node.handle().with(|ep, _| {
-        let host = ep.inner().host();
-        let nic = host.nic().datagram_counters();
-        WireRecord {
-            nic_tx: nic.tx_datagrams,
-            nic_rx: nic.rx_datagrams,
-            faults: ep.stats(),
-            other_client_drops: nic.rx_foreign_socket,
-            cm_retransmits: host.cm().counters().tx_retransmits,
-            rc_retransmits: host.nic().rc_retransmits(),
-            drops: drop_counters(host.cm().counters(), host.nic(), node.refused()),
-        }
-    })
-}
-
-/// Every reason input was refused for, by name (zero counts too; [`WireRecord::since`] keeps
-/// the ones that counted).
-fn drop_counters<N: PingNic>(
-    c: &cm_core::engine::CmCounters,
-    nic: &N,
-    refused: u64,
-) -> std::collections::BTreeMap<String, u64> {
-    let cm = [
-        ("cm.rx_malformed", c.rx_malformed),
-        ("cm.rx_unsupported", c.rx_unsupported),
-        ("cm.rx_unmatched", c.rx_unmatched),
-        ("cm.rx_wrong_state", c.rx_wrong_state),
-        ("cm.rx_wrong_qpn", c.rx_wrong_qpn),
-        ("cm.rx_wrong_source", c.rx_wrong_source),
-        ("cm.rx_backlog_full", c.rx_backlog_full),
-        ("cm.rx_no_listener", c.rx_no_listener),
-        ("cm.rx_dreq_unknown", c.rx_dreq_unknown),
-    ];
-    cm.into_iter()
-        .chain(nic.drop_counters())
-        .chain([("ping.clients_refused", refused)])
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
 }

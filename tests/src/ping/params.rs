@@ -1,0 +1,58 @@
+//! [`Params`]: what a ping client asks for, carried in its REQ's private data, and the magic
+//! bytes that also mark the buffer-info message.
+
+use super::{DisconnectBy, PingOp};
+
+/// The connection parameters the client sends in the REQ's private data (16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// What each iteration does.
+    pub op: PingOp,
+    /// Iterations.
+    pub count: u32,
+    /// Bytes per SEND/WRITE/READ.
+    pub size: u32,
+    /// Who calls `rdma_disconnect` first.
+    pub disconnect_by: DisconnectBy,
+}
+
+/// The first bytes of a ping REQ's private data and of the buffer-info message.
+pub(super) const MAGIC: &[u8; 4] = b"RNPG";
+
+impl Params {
+    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, flags (bit 0: the client
+    /// runs on a hardware RNIC, `hardware`), count (LE), size (LE).
+    pub fn encode(&self, hardware: bool) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&[
+            1,
+            self.op as u8,
+            self.disconnect_by as u8,
+            u8::from(hardware),
+        ]);
+        v.extend_from_slice(&self.count.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v
+    }
+
+    /// Parses [`encode`](Self::encode)'s bytes into the parameters and whether the client
+    /// runs on hardware; `None` for anything else (not a ping client).
+    pub fn decode(b: &[u8]) -> Option<(Params, bool)> {
+        if b.len() < 16 || &b[..4] != MAGIC || b[4] != 1 {
+            return None;
+        }
+        let op = PingOp::from_u8(b[5])?;
+        let disconnect_by = DisconnectBy::from_u8(b[6])?;
+        let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
+        let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
+        let params = Params {
+            op,
+            count,
+            size,
+            disconnect_by,
+        };
+        (1..=super::MAX_SIZE)
+            .contains(&size)
+            .then_some((params, b[7] & 1 != 0))
+    }
+}
