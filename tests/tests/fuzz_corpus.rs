@@ -303,7 +303,8 @@ fn regenerate_corpus() {
     // cm_engine: each template of the harness's own connection (real MADs of its CMs) to its
     // natural receiver, rebased; captured MADs of every kind, rebased onto the live
     // connection and as captured; and a few application sequences.
-    use cm_engine::{AppCall as C, Record as R, Route as Rt};
+    use cm_engine::{AppCall as C, Record as R};
+    use harness::input::Route as Rt;
     let w = cm_engine::World::established();
     let mut cm_files = Vec::new();
     for (i, (from, mad)) in w.templates().iter().enumerate() {
@@ -400,7 +401,8 @@ fn regenerate_corpus() {
     // a few receives; each window chosen for an opcode fewer than three earlier windows had;
     // and a few
     // work-request sequences.
-    use rc_responder::{AppCall as W, Record as P, Rewrite, Route as Pr};
+    use harness::input::Route as Pr;
+    use rc_responder::{AppCall as W, Record as P, Rewrite};
     let mut rc_files = Vec::new();
     let mut covered = std::collections::BTreeMap::<u8, usize>::new();
     let mut by_source = std::collections::BTreeMap::<&str, Vec<&(&Datagram, Packet)>>::new();

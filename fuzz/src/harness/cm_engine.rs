@@ -47,7 +47,7 @@ use cm_core::wire::{self, CmMessage, RdmaPortSpace, MAD_SIZE};
 use rnic_sim::{SimDevice, SimDeviceConfig, GSI_QPN};
 use verbs_core::{CqHandle, Device, Gid, PdHandle, QpCap, QpInitAttr, SimTime};
 
-use super::input::{Input, Output};
+use super::input::{Input, Output, Route};
 
 /// The port B listens on.
 pub const PORT: u16 = 7471;
@@ -73,40 +73,6 @@ fn gid(h: usize) -> Gid {
 
 fn b_addr() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(ip(B)), PORT)
-}
-
-/// Where a forged datagram goes and whom it claims to come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// To B, from A's GID.
-    ToBFromA = 0,
-    /// To A, from B's GID.
-    ToAFromB = 1,
-    /// To B, from the foreign GID.
-    ToBFromForeign = 2,
-    /// To A, from the foreign GID.
-    ToAFromForeign = 3,
-}
-
-impl Route {
-    fn from_bits(b: u8) -> Route {
-        match b & 3 {
-            0 => Route::ToBFromA,
-            1 => Route::ToAFromB,
-            2 => Route::ToBFromForeign,
-            _ => Route::ToAFromForeign,
-        }
-    }
-
-    /// (receiving host, source host: 0, 1 or 2 for the foreign GID).
-    fn hosts(self) -> (usize, usize) {
-        match self {
-            Route::ToBFromA => (B, A),
-            Route::ToAFromB => (A, B),
-            Route::ToBFromForeign => (B, 2),
-            Route::ToAFromForeign => (A, 2),
-        }
-    }
 }
 
 /// An application call (`App` record); the byte is taken modulo 8.

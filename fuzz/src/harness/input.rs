@@ -61,3 +61,39 @@ impl Output {
         self
     }
 }
+
+/// Where a forged datagram or packet goes and whom it claims to come from: host A is 0, B is 1,
+/// the foreign sender 2 (the `cm_engine` and `rc_responder` harnesses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// To B, from A's GID.
+    ToBFromA = 0,
+    /// To A, from B's GID.
+    ToAFromB = 1,
+    /// To B, from the foreign GID.
+    ToBFromForeign = 2,
+    /// To A, from the foreign GID.
+    ToAFromForeign = 3,
+}
+
+impl Route {
+    /// The route the low two bits of `b` name.
+    pub fn from_bits(b: u8) -> Route {
+        match b & 3 {
+            0 => Route::ToBFromA,
+            1 => Route::ToAFromB,
+            2 => Route::ToBFromForeign,
+            _ => Route::ToAFromForeign,
+        }
+    }
+
+    /// (receiving host, source host: 0, 1 or 2 for the foreign GID).
+    pub fn hosts(self) -> (usize, usize) {
+        match self {
+            Route::ToBFromA => (1, 0),
+            Route::ToAFromB => (0, 1),
+            Route::ToBFromForeign => (1, 2),
+            Route::ToAFromForeign => (0, 2),
+        }
+    }
+}

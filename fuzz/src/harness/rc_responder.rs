@@ -35,7 +35,7 @@ use verbs_core::{
     QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion, PSN_MASK,
 };
 
-use super::input::{Input, Output};
+use super::input::{Input, Output, Route};
 use super::roce_decode::FLOW;
 
 /// Host A (requester).
@@ -51,40 +51,6 @@ const MAX_TIMER_STEPS: usize = 2000;
 
 fn gid(h: usize) -> Gid {
     Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, [1, 2, 66][h.min(2)]))
-}
-
-/// Where a forged packet goes and whom it claims to come from (control bits 0–1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// To B, from A's GID.
-    ToBFromA = 0,
-    /// To A, from B's GID.
-    ToAFromB = 1,
-    /// To B, from a foreign GID.
-    ToBFromForeign = 2,
-    /// To A, from a foreign GID.
-    ToAFromForeign = 3,
-}
-
-impl Route {
-    fn from_bits(b: u8) -> Route {
-        match b & 3 {
-            0 => Route::ToBFromA,
-            1 => Route::ToAFromB,
-            2 => Route::ToBFromForeign,
-            _ => Route::ToAFromForeign,
-        }
-    }
-
-    /// (receiving host, source host: 0, 1 or 2 for the foreign GID).
-    fn hosts(self) -> (usize, usize) {
-        match self {
-            Route::ToBFromA => (B, A),
-            Route::ToAFromB => (A, B),
-            Route::ToBFromForeign => (B, 2),
-            Route::ToAFromForeign => (A, 2),
-        }
-    }
 }
 
 /// How a packet is adjusted before delivery (control bits 2–4).
