@@ -158,6 +158,9 @@ pub struct CmCounters {
     pub tx_retransmits: u64,
     /// Sends whose retries ran out.
     pub tx_timeouts: u64,
+    /// Passive requests that expired unanswered: the consumer neither accepted nor rejected
+    /// them before their active side gave up (see [`CmEngine::handle_timeout`]).
+    pub requests_expired: u64,
 }
 
 /// What the passive side learns from a REQ (`struct ib_cm_req_event_param`), already in the
@@ -363,48 +366,27 @@ struct Conn {
     drep_private_data: Vec<u8>,
     pending: Option<Pending>,
     timewait_at: Option<SimTime>,
+    /// A passive request's expiry: when its active side has given up waiting for the REP
+    /// (armed only in REQ_RCVD and MRA_REQ_SENT; see `CmEngine::request_lifetime_ms`).
+    request_expires: Option<SimTime>,
     listener: Option<Listener>,
     listen_id: Option<IbCmId>,
     in_tables: bool,
 }
 
 impl Conn {
-    /// The earliest of the pending MAD's deadline and the TimeWait expiry.
+    /// The earliest of the pending MAD's deadline, the TimeWait expiry and, while the
+    /// consumer has not answered it, the passive request's expiry.
     fn deadline(&self) -> Option<SimTime> {
-        match (self.pending.as_ref().map(|p| p.deadline), self.timewait_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
-/// An index of every armed deadline, so the next one is found without scanning every id (a
-/// host may hold thousands of connections). Ids whose deadlines may have changed are noted in
-/// `touched` (by `CmEngine::conn_mut`) and re-indexed lazily by `sync`, before any read.
-#[derive(Debug, Clone, Default)]
-struct TimerIndex {
-    by_time: BTreeSet<(SimTime, IbCmId)>,
-    armed: BTreeMap<IbCmId, SimTime>,
-    touched: Vec<IbCmId>,
-}
-
-impl TimerIndex {
-    fn sync(&mut self, conns: &BTreeMap<IbCmId, Conn>) {
-        for id in std::mem::take(&mut self.touched) {
-            let want = conns.get(&id).and_then(Conn::deadline);
-            let had = self.armed.get(&id).copied();
-            if had == want {
-                continue;
-            }
-            if let Some(t) = had {
-                self.by_time.remove(&(t, id));
-                self.armed.remove(&id);
-            }
-            if let Some(t) = want {
-                self.by_time.insert((t, id));
-                self.armed.insert(id, t);
-            }
-        }
+        let waiting = matches!(self.state, IbCmState::ReqRcvd | IbCmState::MraReqSent);
+        [
+            self.pending.as_ref().map(|p| p.deadline),
+            self.timewait_at,
+            self.request_expires.filter(|_| waiting),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 
@@ -442,8 +424,11 @@ macro_rules! conn_mut {
 
 // The handlers of received MADs and the API commands that send one (after `conn_mut!`,
 // which they use).
+mod deadlines;
 mod receive;
 mod send;
+
+use deadlines::TimerIndex;
 
 fn wrong_state(what: &str, state: IbCmState) -> Error {
     Error::inval(format!("{what} not allowed in IB CM state {state:?}"))
@@ -540,6 +525,7 @@ impl CmEngine {
                 drep_private_data: Vec::new(),
                 pending: None,
                 timewait_at: None,
+                request_expires: None,
                 listener: None,
                 listen_id: None,
                 in_tables: false,
@@ -759,86 +745,6 @@ impl CmEngine {
     /// The next IB CM event.
     pub fn poll_event(&mut self) -> Option<IbCmEvent> {
         self.events.pop_front()
-    }
-
-    /// The earliest armed timer (retransmission or TimeWait), if any.
-    pub fn poll_timeout(&self) -> Option<SimTime> {
-        let mut timers = self.timers.borrow_mut();
-        timers.sync(&self.conns);
-        let next = timers.by_time.first().map(|(t, _)| *t);
-        // Tests run with debug assertions: every call cross-checks the index against a scan
-        // (up to 256 ids, so that scale tests stay linear).
-        debug_assert!(
-            self.conns.len() > 256 || next == self.conns.values().filter_map(Conn::deadline).min(),
-            "CM timer index out of step with the connections"
-        );
-        next
-    }
-
-    /// Runs every timer due at `now`: retransmissions (with the [`Backoff`] schedule), send
-    /// timeouts (REQ → IDLE + REQ_ERROR, REP → IDLE + REP_ERROR, DREQ → TIMEWAIT +
-    /// DREQ_ERROR; cm-spec §3.3) and TimeWait expiry (→ IDLE + TIMEWAIT_EXIT). Due ids fire in
-    /// id order.
-    pub fn handle_timeout(&mut self, now: SimTime) {
-        let timers = self.timers.get_mut();
-        timers.sync(&self.conns);
-        let mut due: Vec<IbCmId> = timers
-            .by_time
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, id)| *id)
-            .collect();
-        due.sort_unstable();
-        for id in due {
-            self.fire_timers(now, id);
-        }
-    }
-
-    fn fire_timers(&mut self, now: SimTime, id: IbCmId) {
-        let backoff = self.cfg.backoff;
-        let Some(c) = conn_mut!(self, id) else {
-            return;
-        };
-        if c.timewait_at.is_some_and(|t| t <= now) {
-            c.timewait_at = None;
-            if c.state == IbCmState::Timewait {
-                c.state = IbCmState::Idle;
-                self.event(id, IbCmEventKind::TimewaitExit);
-            }
-            return;
-        }
-        let Some(p) = c.pending.as_mut() else {
-            return;
-        };
-        if p.deadline > now {
-            return;
-        }
-        if p.retries_left > 0 {
-            p.retries_left -= 1;
-            p.sends += 1;
-            p.deadline = now.plus_nanos(backoff.timeout_ms(p.timeout_ms, p.sends) * 1_000_000);
-            let (dst, mad) = (p.dst, p.mad);
-            self.counters.tx_retransmits += 1;
-            self.queue(dst, mad);
-            return;
-        }
-        c.pending = None;
-        self.counters.tx_timeouts += 1;
-        match c.state {
-            IbCmState::ReqSent | IbCmState::MraReqRcvd => {
-                self.reset_to_idle(id);
-                self.event(id, IbCmEventKind::ReqError);
-            }
-            IbCmState::RepSent | IbCmState::MraRepRcvd => {
-                self.reset_to_idle(id);
-                self.event(id, IbCmEventKind::RepError);
-            }
-            IbCmState::DreqSent => {
-                self.enter_timewait(now, id);
-                self.event(id, IbCmEventKind::DreqError);
-            }
-            _ => {}
-        }
     }
 }
 

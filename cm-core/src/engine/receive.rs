@@ -78,7 +78,7 @@ impl CmEngine {
         let guid = r.local_ca_guid;
         if let Some(&dup) = self.remote_ids.get(&(guid, r.local_comm_id)) {
             self.counters.rx_duplicates += 1;
-            self.dup_req(dup, src, tid, &r);
+            self.dup_req(now, dup, src, tid, &r);
             return;
         }
         if let Some(&old) = self.remote_qpns.get(&(guid, r.local_qpn)) {
@@ -131,6 +131,7 @@ impl CmEngine {
         }
         let id = self.create_id();
         let plt = r.primary_path.local_ack_timeout.saturating_sub(1);
+        let expires = now.plus_nanos(self.request_lifetime_ms(&r, false) * 1_000_000);
         // The REQ's path MTU, as is: both ends must run the same one, and the REP carries
         // none back (Linux cm_req_handler: `path_mtu = cm_req_get_path_mtu(req_msg)`).
         let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu).unwrap_or(self.cfg.path_mtu);
@@ -148,10 +149,17 @@ impl CmEngine {
             c.rnr_retry_count = r.rnr_retry_count;
             c.path_mtu = path_mtu;
             c.av_timeout = plt.saturating_add(1).min(31);
-            c.timeout_ms = cm_convert_to_ms(r.local_cm_response_timeout);
-            c.max_cm_retries = r.max_cm_retries;
+            // The REP's retransmission timeout and retries, as the REQ asks (Linux
+            // `cm_req_handler`) but no more than this node's own: a REQ cannot make this side
+            // resend a REP for hours to an address that never answers.
+            c.timeout_ms = cm_convert_to_ms(
+                r.local_cm_response_timeout
+                    .min(self.cfg.cm_response_timeout),
+            );
+            c.max_cm_retries = r.max_cm_retries.min(self.cfg.max_cm_retries);
             c.tid = tid;
             c.listen_id = Some(listen_id);
+            c.request_expires = Some(expires);
             c.in_tables = true;
         }
         self.remote_ids.insert((guid, r.local_comm_id), id);
@@ -179,12 +187,18 @@ impl CmEngine {
     }
 
     /// `cm_dup_req_handler`: MRA_REQ_SENT → resend MRA; TIMEWAIT → REJ 10; else drop.
-    fn dup_req(&mut self, id: IbCmId, src: Gid, tid: u64, r: &Req) {
-        let Some(c) = self.conns.get(&id) else {
+    /// The MRA moves the request's expiry to the active side's budget after an MRA (only
+    /// from the REQ's own sender: the request's peer).
+    fn dup_req(&mut self, now: SimTime, id: IbCmId, src: Gid, tid: u64, r: &Req) {
+        let after_mra = now.plus_nanos(self.request_lifetime_ms(r, true) * 1_000_000);
+        let Some(c) = conn_mut!(self, id) else {
             return;
         };
         match c.state {
             IbCmState::MraReqSent => {
+                if c.remote_gid == src {
+                    c.request_expires = Some(after_mra);
+                }
                 let mra = CmMessage::Mra(Mra {
                     local_comm_id: c.local_comm_id,
                     remote_comm_id: c.remote_comm_id,

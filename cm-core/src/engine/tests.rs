@@ -209,3 +209,150 @@ fn dreq_for_unknown_connection_gets_drep_with_ids_swapped_and_tid_copied() {
     };
     assert_eq!((d.local_comm_id, d.remote_comm_id), (0x5678, 0x1234));
 }
+
+/// `a` sends a REQ to `b`'s listener; returns the passive id `b` created.
+fn request(a: &mut CmEngine, b: &mut CmEngine, now: SimTime) -> IbCmId {
+    let l = b.create_id();
+    b.listen(l, 0x1060000 | 7471, 4).unwrap();
+    let ia = a.create_id();
+    let req = ReqParams {
+        service_id: 0x1060000 | 7471,
+        local_gid: gid(1),
+        remote_gid: gid(2),
+        local_qpn: 0x11,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: vec![],
+    };
+    a.send_req(now, ia, &req).unwrap();
+    pump(now, a, gid(1), b);
+    let ev = b.poll_event().unwrap();
+    assert!(matches!(ev.kind, IbCmEventKind::ReqReceived(_)));
+    ev.id
+}
+
+/// Runs `e`'s timers, dropping what it sends, until it raises an event; returns the time.
+fn run_until_event(e: &mut CmEngine) -> (SimTime, IbCmEventKind) {
+    loop {
+        let t = e.poll_timeout().unwrap();
+        e.handle_timeout(t);
+        while e.poll_transmit().is_some() {}
+        if let Some(ev) = e.poll_event() {
+            return (t, ev.kind);
+        }
+    }
+}
+
+/// A request the consumer never answers expires, but never before its active side gave up
+/// (whose later REQs were lost here): then IDLE, out of the lookup tables, and the event of
+/// the REJ 4 (Timeout) a Linux active side sends when it abandons its id.
+#[test]
+fn an_unanswered_request_expires_once_its_active_side_has_given_up() {
+    let (mut a, mut b) = pair();
+    let ib = request(&mut a, &mut b, SimTime::ZERO);
+    let (gave_up, kind) = run_until_event(&mut a);
+    assert_eq!(kind, IbCmEventKind::ReqError);
+    let expires = b.poll_timeout().unwrap();
+    assert!(expires >= gave_up, "{expires:?} before {gave_up:?}");
+    b.handle_timeout(SimTime::from_nanos(expires.as_nanos() - 1));
+    assert_eq!(b.state(ib), Some(IbCmState::MraReqSent));
+    b.handle_timeout(expires);
+    assert_eq!(b.state(ib), Some(IbCmState::Idle));
+    assert_eq!(b.counters().requests_expired, 1);
+    assert_eq!(
+        b.poll_event().map(|e| (e.id, e.kind)),
+        Some((
+            ib,
+            IbCmEventKind::RejReceived {
+                reason: RejectReason::Timeout.into(),
+                ari: 0xAu64.to_be_bytes().to_vec(),
+                private_data: vec![],
+            }
+        ))
+    );
+    assert_eq!(b.poll_timeout(), None);
+    assert!(b.remote_ids.is_empty() && b.remote_qpns.is_empty());
+}
+
+/// A duplicate REQ from the request's peer is answered with an MRA, which tells the active
+/// side to wait `ms(MRA service timeout) + ms(av.timeout)` per try: the expiry moves out to
+/// that budget. The same duplicate from another address draws the MRA but moves nothing.
+#[test]
+fn an_mra_pushes_the_expiry_out_only_for_the_requests_peer() {
+    let (mut a, mut b) = pair();
+    let ib = request(&mut a, &mut b, SimTime::ZERO);
+    let first = b.poll_timeout().unwrap();
+    let t = a.poll_timeout().unwrap();
+    a.handle_timeout(t); // the REQ's first retransmission
+    let (_, dup) = a.poll_transmit().unwrap();
+    b.handle_datagram(t, gid(9), &dup);
+    assert!(matches!(
+        wire::decode(&b.poll_transmit().unwrap().1),
+        Ok((_, CmMessage::Mra(_)))
+    ));
+    assert_eq!(b.poll_timeout(), Some(first));
+    b.handle_datagram(t, gid(1), &dup);
+    assert!(b.poll_transmit().is_some());
+    let after_mra = b.poll_timeout().unwrap();
+    let cfg = b.config();
+    let per_try =
+        cm_convert_to_ms(cfg.mra_service_timeout) + cm_convert_to_ms(cfg.packet_life_time + 1);
+    assert_eq!(
+        after_mra,
+        t.plus_nanos(per_try * 1_000_000 * (u64::from(cfg.max_cm_retries) + 1))
+    );
+    assert!(after_mra > first);
+    b.handle_timeout(after_mra);
+    assert_eq!(b.state(ib), Some(IbCmState::Idle));
+}
+
+/// A REQ asking for the longest timeouts (exponent 31: 2.3 h per try, 15 retries) buys no
+/// more than this node's own settings: the request expires, and an accepted one's REP is
+/// retried, on this node's schedule.
+#[test]
+fn a_req_cannot_buy_longer_timeouts_than_the_nodes_own() {
+    let mut b = pair().1;
+    let l = b.create_id();
+    b.listen(l, 7, 4).unwrap();
+    let mut req = Req {
+        local_comm_id: 0x1234,
+        local_ca_guid: 0xA,
+        service_id: 7,
+        local_qpn: 0x11,
+        remote_cm_response_timeout: 31,
+        local_cm_response_timeout: 31,
+        max_cm_retries: 15,
+        ..Req::default()
+    };
+    req.primary_path.local_ack_timeout = 31;
+    let mad = CmMessage::Req(req).encode(1, 0).unwrap();
+    b.handle_datagram(SimTime::ZERO, gid(1), &mad);
+    let ib = b.poll_event().unwrap().id;
+    let cfg = *b.config();
+    let per_try =
+        2 * cm_convert_to_ms(cfg.packet_life_time) + cm_convert_to_ms(cfg.cm_response_timeout);
+    let bound = per_try * (u64::from(cfg.max_cm_retries) + 1);
+    assert_eq!(
+        b.poll_timeout(),
+        Some(SimTime::from_nanos(bound * 1_000_000))
+    );
+    let rep = RepParams {
+        local_qpn: 0x22,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: vec![],
+    };
+    b.send_rep(SimTime::ZERO, ib, &rep).unwrap();
+    let (gave_up, kind) = run_until_event(&mut b);
+    assert_eq!(kind, IbCmEventKind::RepError);
+    let rep_try = cm_convert_to_ms(cfg.cm_response_timeout);
+    assert_eq!(
+        gave_up,
+        SimTime::from_nanos(rep_try * 1_000_000 * (u64::from(cfg.max_cm_retries) + 1))
+    );
+}

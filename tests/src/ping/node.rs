@@ -336,6 +336,7 @@ fn drop_counters<N: PingNic>(
         ("cm.rx_backlog_full", c.rx_backlog_full),
         ("cm.rx_no_listener", c.rx_no_listener),
         ("cm.rx_dreq_unknown", c.rx_dreq_unknown),
+        ("cm.requests_expired", c.requests_expired),
     ];
     cm.into_iter()
         .chain(nic.drop_counters())
