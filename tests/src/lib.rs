@@ -10,6 +10,7 @@
 pub mod demo;
 pub mod exec;
 pub mod explore;
+pub mod flood;
 pub mod host;
 pub mod hw_nic;
 pub mod oracle;

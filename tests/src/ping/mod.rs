@@ -17,6 +17,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod lobby;
 pub mod nic;
 pub mod node;
 pub mod params;
@@ -28,8 +29,6 @@ pub use node::Node;
 pub use params::Params;
 pub use report::PingReport;
 
-use cm_core::api::CmEventType;
-use cm_core::engine::IbCmState;
 use cm_core::wire::RdmaPortSpace;
 use nic::PingNic;
 use rnic_hw::HwOptions;
@@ -290,6 +289,7 @@ impl<N: PingNic> Server<N> {
             cm.bind_addr(id, addr)?;
             cm.listen(id, node::LISTEN_BACKLOG)
         })?;
+        node.open_lobby(side.recvs);
         Ok(Server {
             node,
             side: side.clone(),
@@ -307,89 +307,45 @@ impl<N: PingNic> Server<N> {
         &self.node
     }
 
-    /// Waits (up to `wait`) for the next ping client and serves it to the end. `Ok(None)`
-    /// when no client came in time.
+    /// Waits (up to `wait`) for the next ping client whose connection handshake completed
+    /// (the [`lobby`](lobby) runs the handshakes of every waiting client, so a request that
+    /// never completes one holds nobody up) and serves it to the end. `Ok(None)` when no
+    /// client came in time.
     ///
     /// # Errors
     /// The capture cannot be written.
     pub fn serve_one(&mut self, wait: Duration) -> Result<Option<PingReport>, PingError> {
-        let Some(ev) = self.node.next_event(wait) else {
+        let Some(c) = self.node.next_client(wait) else {
             return Ok(None);
         };
-        if ev.event != CmEventType::ConnectRequest {
-            return Ok(None); // a late event of an earlier connection
-        }
-        let t0 = self.node.handle().now();
-        let refuse = |why: &str| {
-            let id = ev.id;
-            self.node.handle().with(|ep, now| {
-                let (cm, dev) = ep.inner_mut().host_mut().split();
-                // A failure to refuse changes nothing.
-                let _ = cm.reject(dev, now, id, why.as_bytes());
-                let _ = cm.destroy_id(dev, now, id);
-            });
-        };
-        let Some((params, hardware)) = Params::decode(&ev.param.private_data) else {
-            refuse("not an rnic ping client");
-            return Ok(None);
-        };
-        if hardware != N::ASYNC_COMPLETIONS {
-            // The CM would connect, but the data could never meet: one side's QP is on a
-            // hardware RNIC, the other's on the simulated one.
-            let why = if hardware {
-                "this server runs on the simulated RNIC and the client on a hardware one: give --device on both sides or on neither"
-            } else {
-                "this server runs on a hardware RNIC (--device) and the client on the simulated one: give --device on both sides or on neither"
-            };
-            eprintln!("rnic ping: refused a client: {why}");
-            refuse(why);
-            return Ok(None);
-        }
-        let id = ev.id;
-        // A request that waited while another client was served may have been withdrawn
-        // meanwhile (the client's --timeout ran out; its CM sent a REJ): nothing to serve.
-        let withdrawn = self.node.handle().with(|ep, now| {
-            let (cm, dev) = ep.inner_mut().host_mut().split();
-            let waiting = matches!(
-                cm.ib_cm_state(id),
-                Some(IbCmState::ReqRcvd | IbCmState::MraReqSent)
-            );
-            if !waiting {
-                // The id is dead either way; a failure to destroy it changes nothing.
-                let _ = cm.destroy_id(dev, now, id);
-            }
-            !waiting
+        // The client's socket: the route learned for the GID of its IP.
+        let peer = self.node.handle().with(|ep, _| {
+            ep.inner()
+                .host()
+                .nic()
+                .peer_addr(Gid::from_ip(c.ip))
         });
-        if withdrawn {
-            eprintln!("rnic ping: a client gave up waiting before it was served; skipped");
-            return Ok(None);
-        }
-        // The client's socket: the route learned for the GID of the id's peer IP.
-        let peer = self
-            .node
-            .handle()
-            .with(|ep, _| {
-                let host = ep.inner().host();
-                let ip = host.cm().addrs(id).and_then(|(_, dst)| dst)?.ip();
-                Some(host.nic().peer_addr(Gid::from_ip(ip)))
-            })
-            .unwrap_or(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0));
         // One client at a time: another on the same IP (a second process on one host) waits,
         // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
         self.node
             .handle()
             .with(|ep, _| ep.inner_mut().host_mut().pin_peer(Some(peer)));
+        self.node.set_serving(Some(c.ip));
+        let mut setup = vec![(c.request, c.t0)];
+        setup.extend(c.established);
         let s = Session::new(
             &self.node,
             Role::Server,
-            ev.id,
+            c.id,
             peer,
-            params,
+            c.params,
             &self.side,
-            t0,
-            vec![ev],
-        );
+            c.t0,
+            setup,
+        )
+        .adopt(c.qp, c.cq);
         let report = s.run();
+        self.node.set_serving(None);
         self.node
             .handle()
             .with(|ep, _| ep.inner_mut().host_mut().pin_peer(None));
@@ -505,7 +461,7 @@ impl<N: PingNic> Client<N> {
         })?;
         let mut setup = Vec::new();
         if let Some(ev) = self.node.next_event(self.side.timeout) {
-            setup.push(ev);
+            setup.push((ev, t0));
         }
         let s = Session::new(
             &self.node,

@@ -4,13 +4,14 @@
 //! session after another.
 
 use super::app::PingHost;
+use super::lobby::{Candidate, Ctx, Lobby, Refusal};
 use super::nic::{DeviceWaker, PingNic};
 use super::report::WireRecord;
 use super::wire::FaultyEndpoint;
 use super::{PingError, WireOptions};
 use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
-use cm_core::engine::CmConfig;
+use cm_core::engine::{CmConfig, IbCmState};
 use rnic_hw::HwOptions;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::{Captured, SimNic};
@@ -86,8 +87,11 @@ pub struct Node<N: PingNic = SimNic> {
     refused: Cell<u64>,
     /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
     /// while the server is busy): the next [`next_event`](Self::next_event) returns them
-    /// first.
+    /// first. On a server, only CONNECT_REQUESTs the lobby could not take yet (their IP
+    /// address had a client already).
     deferred: RefCell<VecDeque<CmEvent>>,
+    /// A server's lobby ([`Node::open_lobby`]): it runs the handshakes of waiting clients.
+    lobby: RefCell<Option<Lobby>>,
 }
 
 impl<N: PingNic> Node<N> {
@@ -164,6 +168,7 @@ impl<N: PingNic> Node<N> {
             described,
             refused: Cell::new(0),
             deferred: RefCell::new(VecDeque::new()),
+            lobby: RefCell::new(None),
         })
     }
 
@@ -228,36 +233,134 @@ impl<N: PingNic> Node<N> {
             .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
     }
 
-    /// Reads (and acks) every CM event on the channel: returns id `id`'s, and keeps other
-    /// ids' (a second client's CONNECT_REQUEST while the server is busy) for the next
-    /// [`next_event`](Self::next_event). Call under the endpoint lock (`handle().with`).
+    /// Makes this node a server's: from now on, requests of waiting clients go to a
+    /// [`Lobby`] whose QPs keep `recvs` receives posted once in session.
+    pub fn open_lobby(&self, recvs: u32) {
+        *self.lobby.borrow_mut() = Some(Lobby::new(recvs));
+    }
+
+    /// Reads (and acks) every CM event on the channel: returns id `id`'s, and routes the
+    /// others ([`route`](Self::route)). Call under the endpoint lock (`handle().with`).
     pub(super) fn own_events(
         &self,
         ep: &mut PingEndpoint<N>,
         now: SimTime,
-        id: CmIdHandle,
+        id: Option<CmIdHandle>,
     ) -> Vec<CmEvent> {
         let mut own = Vec::new();
         while let Some(ev) = get_event(ep, now, self.ch) {
-            if ev.id == id {
+            if Some(ev.id) == id {
                 own.push(ev);
-                continue;
-            }
-            let mut deferred = self.deferred.borrow_mut();
-            if deferred.len() < MAX_DEFERRED {
-                deferred.push_back(ev);
-            } else if ev.event == CmEventType::ConnectRequest {
-                // More clients waiting than the listen backlog: refuse the newest, as a full
-                // backlog would have dropped its REQ (the queue is the backlog's continuation:
-                // fetching events frees backlog room, so without this bound a flood of REQs
-                // would queue without end).
-                let (cm, dev) = ep.inner_mut().host_mut().split();
-                let _ = cm.reject(dev, now, ev.id, b"server busy");
-                let _ = cm.destroy_id(dev, now, ev.id);
-                self.refused.set(self.refused.get() + 1);
+            } else {
+                self.route(ep, now, ev);
             }
         }
         own
+    }
+
+    /// An event of another id than the session's. With a lobby (a server): requests enter it
+    /// (or wait in `deferred` when their IP address has a client already), events of its
+    /// candidates go to it, and the rest (late events of earlier connections, of withdrawn
+    /// requests) are dropped. Without one (a client), events wait in `deferred`. Past
+    /// [`MAX_DEFERRED`] waiting requests, the newest is refused ("server busy").
+    fn route(&self, ep: &mut PingEndpoint<N>, now: SimTime, ev: CmEvent) {
+        let mut lobby = self.lobby.borrow_mut();
+        let ev = match lobby.as_mut() {
+            None => ev,
+            Some(lobby) => {
+                let mut cx = Ctx {
+                    ep: &mut *ep,
+                    now,
+                    pd: self.pd,
+                    comp: &self.comp,
+                };
+                if ev.event != CmEventType::ConnectRequest {
+                    // Not a candidate's: nothing waits for it.
+                    let _ = lobby.on_event(&mut cx, ev);
+                    return;
+                }
+                match lobby.admit(&mut cx, ev) {
+                    Ok(()) => return,
+                    Err(Refusal::Wait(ev)) => ev,
+                    Err(Refusal::Reject { id, why, quiet }) => {
+                        if !quiet {
+                            eprintln!("rnic ping: refused a client: {why}");
+                        }
+                        refuse(ep, now, id, &why);
+                        return;
+                    }
+                }
+            }
+        };
+        let mut deferred = self.deferred.borrow_mut();
+        if deferred.len() < MAX_DEFERRED {
+            deferred.push_back(ev);
+        } else if ev.event == CmEventType::ConnectRequest {
+            // More clients waiting than the listen backlog: refuse the newest, as a full
+            // backlog would have dropped its REQ (the queue is the backlog's continuation:
+            // fetching events frees backlog room, so without this bound a flood of REQs
+            // would queue without end).
+            refuse(ep, now, ev.id, "server busy");
+            self.refused.set(self.refused.get() + 1);
+        }
+    }
+
+    /// The next client whose handshake completed, waiting at most `wait` for one; requests
+    /// that waited for their IP address enter the lobby as soon as it is free. `None` when
+    /// none came in time.
+    pub(super) fn next_client(&self, wait: Duration) -> Option<Candidate> {
+        let deadline = self.handle().now().plus_nanos(
+            u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX),
+        );
+        loop {
+            let ready = self.handle().with(|ep, now| {
+                self.own_events(ep, now, None);
+                self.admit_deferred(ep, now);
+                self.lobby.borrow_mut().as_mut().and_then(Lobby::take_ready)
+            });
+            if ready.is_some() {
+                return ready;
+            }
+            let now = self.handle().now();
+            if now >= deadline {
+                return None;
+            }
+            let ch = self.ch;
+            self.handle()
+                .wait_until(deadline - now, |ep| {
+                    ep.inner().host().cm().pending_events(ch) > 0
+                });
+        }
+    }
+
+    /// Moves the deferred requests whose IP address is free into the lobby (dropping those
+    /// withdrawn meanwhile: their client gave up).
+    fn admit_deferred(&self, ep: &mut PingEndpoint<N>, now: SimTime) {
+        let waiting = std::mem::take(&mut *self.deferred.borrow_mut());
+        for ev in waiting {
+            let alive = matches!(
+                ep.inner().host().cm().ib_cm_state(ev.id),
+                Some(IbCmState::ReqRcvd | IbCmState::MraReqSent)
+            );
+            if !alive {
+                let (cm, dev) = ep.inner_mut().host_mut().split();
+                let _ = cm.destroy_id(dev, now, ev.id);
+                continue;
+            }
+            self.route(ep, now, ev);
+        }
+    }
+
+    /// Notes the IP address of the client in session (`None`: the session ended).
+    pub(super) fn set_serving(&self, ip: Option<std::net::IpAddr>) {
+        if let Some(l) = self.lobby.borrow_mut().as_mut() {
+            l.set_serving(ip);
+        }
+    }
+
+    /// Requests evicted from the lobby by newer ones while still in their handshake.
+    pub fn evicted(&self) -> u64 {
+        self.lobby.borrow().as_ref().map_or(0, |l| l.evicted)
     }
 
     /// Clients refused because [`MAX_DEFERRED`] were already waiting.
@@ -288,6 +391,13 @@ impl<N: PingNic> Node<N> {
     }
 }
 
+/// `rdma_reject` + `rdma_destroy_id`; a failure to refuse changes nothing.
+fn refuse<N: PingNic>(ep: &mut PingEndpoint<N>, now: SimTime, id: CmIdHandle, why: &str) {
+    let (cm, dev) = ep.inner_mut().host_mut().split();
+    let _ = cm.reject(dev, now, id, why.as_bytes());
+    let _ = cm.destroy_id(dev, now, id);
+}
+
 /// `rdma_get_cm_event` + `rdma_ack_cm_event`. Fetching a CONNECT_RESPONSE sends the RTU
 /// (librdmacm's work at fetch time); the driver transmits it when the caller's `with` ends.
 fn get_event<N: PingNic>(
@@ -314,7 +424,7 @@ pub(super) fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             other_client_drops: nic.rx_foreign_socket,
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
-            drops: drop_counters(host.cm().counters(), host.nic(), node.refused()),
+            drops: drop_counters(host.cm().counters(), host.nic(), node),
         }
     })
 }
@@ -324,7 +434,7 @@ pub(super) fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
 fn drop_counters<N: PingNic>(
     c: &cm_core::engine::CmCounters,
     nic: &N,
-    refused: u64,
+    node: &Node<N>,
 ) -> std::collections::BTreeMap<String, u64> {
     let cm = [
         ("cm.rx_malformed", c.rx_malformed),
@@ -340,7 +450,10 @@ fn drop_counters<N: PingNic>(
     ];
     cm.into_iter()
         .chain(nic.drop_counters())
-        .chain([("ping.clients_refused", refused)])
+        .chain([
+            ("ping.clients_refused", node.refused()),
+            ("ping.handshakes_evicted", node.evicted()),
+        ])
         .map(|(k, v)| (k.to_string(), v))
         .collect()
 }

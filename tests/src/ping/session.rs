@@ -22,7 +22,8 @@ use rnic_sim::nic::SimNic;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
-use verbs_core::{AccessFlags, Device, Mtu, QpCap, QpInitAttr, QpState, SimTime};
+use super::lobby::Lobby;
+use verbs_core::{AccessFlags, CqHandle, Device, Mtu, Qp, QpCap, QpInitAttr, QpState, SimTime};
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
 pub const STATUS_ETIMEDOUT: i32 = -110;
@@ -84,7 +85,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         params: Params,
         side: &super::SideOptions,
         t0: SimTime,
-        setup_events: Vec<CmEvent>,
+        setup_events: Vec<(CmEvent, SimTime)>,
     ) -> Session<'a, N> {
         let recvs = side.recvs.max(1);
         let wire_start = wire_counters(node);
@@ -116,10 +117,19 @@ impl<'a, N: PingNic> Session<'a, N> {
             established: false,
             path_mtu: None,
         };
-        for ev in setup_events {
-            s.record_event(&ev, t0);
+        for (ev, at) in setup_events {
+            s.record_event(&ev, at);
         }
         s
+    }
+
+    /// A server's session: the lobby ran the client's handshake, and the session takes over
+    /// the QP and CQ the REP announced (its MR and receives come now; until then the
+    /// client's SENDs met RNR NAKs and were retried).
+    pub fn adopt(mut self, qp: Qp, cq: CqHandle) -> Session<'a, N> {
+        self.l.qp = Some(qp);
+        self.l.cq = Some(cq);
+        self
     }
 
     fn h(&self) -> &UdpHandle<PingEndpoint<N>> {
@@ -165,18 +175,21 @@ impl<'a, N: PingNic> Session<'a, N> {
     fn create_resources(&mut self) -> Result<(), Stop> {
         let pd = self.node.pd();
         let len = self.l.layout.len as usize;
-        let depth = self.recvs + 8;
-        let id = self.id;
+        let depth = Lobby::depth(self.recvs);
+        let (id, l_qp, l_cq) = (self.id, self.l.qp, self.l.cq);
         let comp = self.node.comp().clone();
         let res = self.h().with(|ep, _| {
             let (cm, dev) = ep.inner_mut().host_mut().split();
             let access =
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
             let mr = dev.reg_mr(pd, len, access)?;
+            if let (Some(qp), Some(cq)) = (l_qp, l_cq) {
+                return Ok::<_, verbs_core::Error>((mr, cq, qp));
+            }
             let cq = dev.create_cq(2 * depth + 16, Some(&comp))?;
             let init = QpInitAttr::rc(cq, cq, QpCap::uniform(depth, 1, 0), true);
             let qp = cm.create_qp(dev, id, pd, &init)?;
-            Ok::<_, verbs_core::Error>((mr, cq, qp))
+            Ok((mr, cq, qp))
         });
         let (mr, cq, qp) = res.map_err(|e| Stop::Failed(format!("creating resources: {e}")))?;
         self.l.mr = Some(mr);
@@ -211,7 +224,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         let (node, l, solicited, id) = (self.node, &mut self.l, self.solicited_only, self.id);
         let (polled, evs, generation, now) = node.handle().with(|ep, now| {
             let polled = l.poll(ep.inner_mut().host_mut(), Some(solicited));
-            (polled, node.own_events(ep, now, id), ep.generation(), now)
+            (polled, node.own_events(ep, now, Some(id)), ep.generation(), now)
         });
         self.generation = generation;
         self.take_events(evs, now);
@@ -352,18 +365,13 @@ impl<'a, N: PingNic> Session<'a, N> {
         Ok(())
     }
 
-    /// The server's accept: QP, receives, `rdma_accept`, ESTABLISHED.
+    /// The server's side once the lobby accepted the client and ESTABLISHED came: MR and
+    /// receives on the lobby's QP.
     fn server_accept(&mut self) -> Result<(), Stop> {
-        self.create_resources()?;
-        let id = self.id;
-        self.h()
-            .with(|ep, now| {
-                let (cm, dev) = ep.inner_mut().host_mut().split();
-                cm.accept(dev, now, id, &conn_param())
-            })
-            .map_err(|e| Stop::Failed(format!("rdma_accept: {e}")))?;
-        self.expect_event(CmEventType::Established)?;
-        Ok(())
+        if self.l.qp.is_none() {
+            return Err(Stop::Failed("no QP: a server session needs the lobby's".into()));
+        }
+        self.create_resources()
     }
 
     /// Sends this side's buffer info and receives the peer's.
@@ -430,7 +438,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             let (outcome, now_steps, own_events) = self.h().with(|ep, now| {
                 // This connection's CM events end the data phase; another client's (a
                 // CONNECT_REQUEST while the server is busy) wait for the next session.
-                let own = node.own_events(ep, now, id);
+                let own = node.own_events(ep, now, Some(id));
                 let h = ep.inner_mut();
                 let d = h.data.as_mut();
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());
@@ -637,7 +645,8 @@ impl<'a, N: PingNic> Session<'a, N> {
     }
 
     /// Runs the connection to the end and returns the report. The server's session starts
-    /// at CONNECT_REQUEST, the client's after ADDR_RESOLVED.
+    /// once the lobby's handshake completed (its timeline from the CONNECT_REQUEST), the
+    /// client's after ADDR_RESOLVED.
     pub fn run(mut self) -> PingReport {
         let res = match self.role {
             Role::Client => self.client_connect(),

@@ -1,0 +1,161 @@
+//! `rnic flood`: a connection-request flood at an rdma_cm listener over loopback UDP, to test a
+//! server under the attack issue 12 describes — many REQs from many addresses, none of which
+//! will ever answer the REP.
+//!
+//! Each REQ is what a real active side sends (a RoCEv2 UD SEND to QP1 carrying a CM REQ with
+//! an IP-CM header, Linux's timeout fields and fresh random comm ID, QPN, starting PSN and CA
+//! GUID), from one of `sources` loopback addresses in turn (`first_source`, the next one, …;
+//! any 127/8 address is local on Linux). With `ping_shaped` the REQ's private data also carries
+//! a valid `rnic ping` client's parameters, so a ping server cannot refuse it on its contents:
+//! the worst case, a phantom client. The flood only sends; it never reads its sockets.
+
+use crate::ping::params::Params;
+use crate::ping::{DisconnectBy, PingOp};
+use bytes::Bytes;
+use cm_core::engine::{cm_ack_timeout, CmConfig};
+use cm_core::wire::{ip_service_id, CmMessage, IpCmHeader, RdmaPortSpace, Req, ReqPath};
+use rnic_sim::rng::Rng;
+use rnic_sim::roce::{encode, Flow};
+use rnic_sim::{gsi_packet, GSI_QPN};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+use verbs_core::{Gid, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
+
+/// Sockets kept open at once; with more sources, each REQ binds its own socket.
+const MAX_OPEN_SOCKETS: u32 = 1024;
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct FloodOptions {
+    /// The listener: `IP:PORT` of an `rnic ping --listen` (or any rdma_cm listener on rnic).
+    pub target: SocketAddr,
+    /// REQs to send.
+    pub count: u64,
+    /// Source addresses, used round robin (≥ 1).
+    pub sources: u32,
+    /// The first source address.
+    pub first_source: Ipv4Addr,
+    /// Carry a valid `rnic ping` client's parameters in the private data.
+    pub ping_shaped: bool,
+    /// Seed of the random IDs.
+    pub seed: u64,
+}
+
+/// What was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloodReport {
+    /// REQs the kernel accepted.
+    pub sent: u64,
+    /// REQs the kernel refused (`sendto` failed; e.g. ENOBUFS).
+    pub send_errors: u64,
+    /// Wall time of the flood.
+    pub elapsed: Duration,
+}
+
+/// Sends the flood.
+///
+/// # Errors
+/// A source address cannot be bound (`sources` past the end of 127/8, or in use), or the REQ
+/// cannot be encoded.
+pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
+    let sources = opts.sources.max(1);
+    let mut rng = Rng::new(opts.seed);
+    let mut open: BTreeMap<u32, UdpSocket> = BTreeMap::new();
+    let start = Instant::now();
+    let (mut sent, mut send_errors) = (0, 0);
+    for i in 0..opts.count {
+        let k = (i % u64::from(sources)) as u32;
+        let ip = Ipv4Addr::from(u32::from(opts.first_source).wrapping_add(k));
+        let fresh;
+        let socket = if sources <= MAX_OPEN_SOCKETS {
+            match open.entry(k) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(bind(ip, opts.target)?)
+                }
+            }
+        } else {
+            fresh = bind(ip, opts.target)?;
+            &fresh
+        };
+        let from = socket.local_addr()?;
+        let datagram = req_datagram(&mut rng, from, opts.target, opts.ping_shaped)?;
+        match socket.send(&datagram) {
+            Ok(_) => sent += 1,
+            Err(_) => send_errors += 1,
+        }
+    }
+    Ok(FloodReport {
+        sent,
+        send_errors,
+        elapsed: start.elapsed(),
+    })
+}
+
+fn bind(ip: Ipv4Addr, target: SocketAddr) -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(ip), 0))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding {ip}: {e}")))?;
+    s.connect(target)?;
+    Ok(s)
+}
+
+/// One REQ from `from` to `to`'s listener, framed as the simulated RNIC's QP1 frames it.
+fn req_datagram(
+    rng: &mut Rng,
+    from: SocketAddr,
+    to: SocketAddr,
+    ping_shaped: bool,
+) -> std::io::Result<Bytes> {
+    let cfg = CmConfig::default();
+    let hdr = IpCmHeader {
+        src_port: from.port(),
+        src_addr: from.ip(),
+        dst_addr: to.ip(),
+    };
+    let mut private_data = hdr.encode().to_vec();
+    if ping_shaped {
+        let params = Params {
+            op: PingOp::Send,
+            count: 1,
+            size: 64,
+            disconnect_by: DisconnectBy::Client,
+        };
+        private_data.extend_from_slice(&params.encode(false));
+    }
+    let req = Req {
+        local_comm_id: (rng.next_u64() as u32).max(1),
+        service_id: ip_service_id(RdmaPortSpace::Tcp, to.port()),
+        local_ca_guid: rng.next_u64(),
+        local_qpn: (rng.next_u64() as u32) & QPN_MASK,
+        responder_resources: 1,
+        initiator_depth: 1,
+        remote_cm_response_timeout: cfg.cm_response_timeout,
+        starting_psn: (rng.next_u64() as u32) & PSN_MASK,
+        local_cm_response_timeout: cfg.cm_response_timeout,
+        retry_count: 7,
+        partition_key: DEFAULT_PKEY,
+        path_packet_payload_mtu: cfg.path_mtu.raw(),
+        rnr_retry_count: 7,
+        max_cm_retries: cfg.max_cm_retries,
+        primary_path: ReqPath {
+            local_port_lid: 0xFFFF,
+            remote_port_lid: 0xFFFF,
+            local_port_gid: Gid::from_ip(from.ip()),
+            remote_port_gid: Gid::from_ip(to.ip()),
+            hop_limit: cfg.hop_limit,
+            local_ack_timeout: cm_ack_timeout(cfg.ack_delay, cfg.packet_life_time),
+            ..ReqPath::default()
+        },
+        private_data,
+        ..Req::default()
+    };
+    let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let mad = CmMessage::Req(req)
+        .encode(rng.next_u64(), 0)
+        .map_err(|e| invalid(format!("encoding the REQ: {e}")))?;
+    let packet = gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&mad));
+    encode(&packet, &Flow::new(from, to))
+        .map(|b| b.freeze())
+        .map_err(|e| invalid(format!("encoding the RoCEv2 packet: {e}")))
+}

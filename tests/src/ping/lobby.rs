@@ -1,0 +1,256 @@
+//! The ping server's lobby: clients whose connection handshake runs while the server serves
+//! another, so that only a client whose handshake completed (RTU received: ESTABLISHED) ever
+//! gets a session.
+//!
+//! A serial server that accepts one request at a time can be held by a *phantom*: a REQ
+//! from an address that never answers the REP (a forgery, or a client gone). Until the REP's
+//! retries run out (up to 16 × 4 s with Linux's timers) nobody else is served, and a flood of
+//! such requests locks real clients out (issue 12). The lobby accepts every waiting request
+//! at once instead, with a QP and CQ of its own (the MR comes when its session starts), and
+//! hands the server the first one whose handshake completes — the way a TCP listener's
+//! kernel completes handshakes before `accept(2)` returns. A phantom never gets that far; when
+//! the lobby is full, a new request evicts the oldest one still in its handshake ("server
+//! busy" REJ). One client per IP address at a time: the route of a peer's GID is its IP, so
+//! a second client of the same IP waits (deferred) until the first is gone.
+
+use super::app::PingHost;
+use super::nic::PingNic;
+use super::params::Params;
+use super::session::conn_param;
+use super::wire::FaultyEndpoint;
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
+use std::net::IpAddr;
+use verbs_core::{CompChannel, CqHandle, Device, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
+
+/// Requests whose handshake may run at once. Under a flood the lobby is full of phantoms and a
+/// real client's handshake must complete (one round trip) before this many newer requests
+/// evict it; each costs a QP and a CQ with no buffers.
+pub const LOBBY_SIZE: usize = 256;
+
+/// A client whose handshake the lobby runs.
+#[derive(Debug)]
+pub struct Candidate {
+    /// Its passive id.
+    pub id: CmIdHandle,
+    /// Its IP address.
+    pub ip: IpAddr,
+    /// Its ping parameters.
+    pub params: Params,
+    /// Its CONNECT_REQUEST.
+    pub request: CmEvent,
+    /// Its ESTABLISHED and when it came, once the handshake completed.
+    pub established: Option<(CmEvent, SimTime)>,
+    /// The QP the REP announced.
+    pub qp: Qp,
+    /// The QP's send and receive CQ.
+    pub cq: CqHandle,
+    /// When the request arrived.
+    pub t0: SimTime,
+}
+
+/// What the lobby did with a CONNECT_REQUEST it could not take.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Not a ping client, or on the other kind of RNIC: REJ id `id` with `why` (`quiet`:
+    /// not worth a line on stderr).
+    Reject {
+        /// The request's id.
+        id: CmIdHandle,
+        /// The REJ's private data.
+        why: String,
+        /// Not a ping client at all.
+        quiet: bool,
+    },
+    /// Its IP address already has a client in the lobby or in session: try again later.
+    Wait(CmEvent),
+}
+
+/// See the module docs.
+pub struct Lobby {
+    recvs: u32,
+    /// Arrival order.
+    candidates: Vec<Candidate>,
+    /// The IP address of the client in session, if any.
+    serving: Option<IpAddr>,
+    /// Requests evicted by newer ones while still in their handshake.
+    pub evicted: u64,
+}
+
+/// What a candidate's resources and the CM need: the endpoint, the time, the PD and the
+/// completion channel.
+pub struct Ctx<'a, N: PingNic> {
+    /// The endpoint (under the driver's lock).
+    pub ep: &'a mut FaultyEndpoint<PingHost<N>>,
+    /// Now.
+    pub now: SimTime,
+    /// The node's PD.
+    pub pd: PdHandle,
+    /// The node's completion channel.
+    pub comp: &'a CompChannel,
+}
+
+impl Lobby {
+    /// An empty lobby whose QPs keep `recvs` receives posted once in session.
+    pub fn new(recvs: u32) -> Lobby {
+        Lobby {
+            recvs: recvs.max(1),
+            candidates: Vec::new(),
+            serving: None,
+            evicted: 0,
+        }
+    }
+
+    /// The QP depth of a session with `recvs` receives (as the session sizes its own).
+    pub fn depth(recvs: u32) -> u32 {
+        recvs.max(1) + 8
+    }
+
+    /// Candidates in the lobby.
+    pub fn len(&self) -> usize {
+        self.candidates.len()
+    }
+
+    /// Whether the lobby is empty.
+    pub fn is_empty(&self) -> bool {
+        self.candidates.is_empty()
+    }
+
+    /// Notes the IP address of the client in session (`None` when the session ended).
+    pub fn set_serving(&mut self, ip: Option<IpAddr>) {
+        self.serving = ip;
+    }
+
+    /// Whether `ip` may have a client in the lobby now.
+    fn ip_free(&self, ip: IpAddr) -> bool {
+        self.serving != Some(ip) && self.candidates.iter().all(|c| c.ip != ip)
+    }
+
+    /// Accepts a CONNECT_REQUEST into the lobby (creates its QP and CQ and sends the REP),
+    /// evicting the oldest request still in its handshake when the lobby is full.
+    ///
+    /// # Errors
+    /// [`Refusal`]: what the caller does with a request the lobby did not take.
+    pub fn admit<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, ev: CmEvent) -> Result<(), Refusal> {
+        let id = ev.id;
+        let reject = |why: String| Refusal::Reject {
+            id,
+            why,
+            quiet: false,
+        };
+        let Some((params, hardware)) = Params::decode(&ev.param.private_data) else {
+            return Err(Refusal::Reject {
+                id,
+                why: "not an rnic ping client".into(),
+                quiet: true,
+            });
+        };
+        if hardware != N::ASYNC_COMPLETIONS {
+            // The CM would connect, but the data could never meet: one side's QP is on a
+            // hardware RNIC, the other's on the simulated one.
+            return Err(reject(if hardware {
+                "this server runs on the simulated RNIC and the client on a hardware one: give --device on both sides or on neither".into()
+            } else {
+                "this server runs on a hardware RNIC (--device) and the client on the simulated one: give --device on both sides or on neither".into()
+            }));
+        }
+        let host = cx.ep.inner().host();
+        let Some(ip) = host.cm().addrs(ev.id).and_then(|(_, dst)| dst).map(|a| a.ip()) else {
+            return Err(reject("no peer address".into()));
+        };
+        if !self.ip_free(ip) {
+            return Err(Refusal::Wait(ev));
+        }
+        if self.candidates.len() >= LOBBY_SIZE {
+            let Some(oldest) = self
+                .candidates
+                .iter()
+                .position(|c| c.established.is_none())
+            else {
+                // Every one is a real client waiting for its session: the newcomer waits.
+                return Err(Refusal::Wait(ev));
+            };
+            let c = self.candidates.remove(oldest);
+            self.evicted += 1;
+            release(cx, &c, Some("server busy"));
+        }
+        let depth = Self::depth(self.recvs);
+        let (cm, dev) = cx.ep.inner_mut().host_mut().split();
+        let cq = dev
+            .create_cq(2 * depth + 16, Some(cx.comp))
+            .map_err(|e| reject(format!("no CQ: {e}")))?;
+        let init = QpInitAttr::rc(cq, cq, QpCap::uniform(depth, 1, 0), true);
+        let qp = match cm
+            .create_qp(dev, id, cx.pd, &init)
+            .and_then(|qp| cm.accept(dev, cx.now, id, &conn_param()).map(|()| qp))
+        {
+            Ok(qp) => qp,
+            Err(e) => {
+                let _ = dev.destroy_cq(cq);
+                return Err(reject(format!("cannot accept: {e}")));
+            }
+        };
+        self.candidates.push(Candidate {
+            id,
+            ip,
+            params,
+            request: ev,
+            established: None,
+            qp,
+            cq,
+            t0: cx.now,
+        });
+        Ok(())
+    }
+
+    /// Takes an event of a candidate's id: ESTABLISHED makes it ready; REJECTED,
+    /// UNREACHABLE, CONNECT_ERROR or DISCONNECTED (the client gave up or went away) ends it.
+    /// Returns the event back when it is no candidate's.
+    pub fn on_event<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, ev: CmEvent) -> Option<CmEvent> {
+        let Some(i) = self.candidates.iter().position(|c| c.id == ev.id) else {
+            return Some(ev);
+        };
+        match ev.event {
+            CmEventType::Established => self.candidates[i].established = Some((ev, cx.now)),
+            CmEventType::Rejected
+            | CmEventType::Unreachable
+            | CmEventType::ConnectError
+            | CmEventType::Disconnected => {
+                let c = self.candidates.remove(i);
+                release(cx, &c, None);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Takes the client whose handshake completed first, if any.
+    pub fn take_ready(&mut self) -> Option<Candidate> {
+        let first = self
+            .candidates
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.established.as_ref().map(|(_, at)| (*at, i)))
+            .min()?;
+        Some(self.candidates.remove(first.1))
+    }
+
+    /// Ends every candidate (the server is going).
+    pub fn clear<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>) {
+        for c in std::mem::take(&mut self.candidates) {
+            release(cx, &c, Some("server exiting"));
+        }
+    }
+}
+
+/// Destroys a candidate's QP, id and CQ, rejecting it first with `why` while its handshake
+/// runs. Teardown errors change nothing: the id is gone either way.
+fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
+    let (cm, dev) = cx.ep.inner_mut().host_mut().split();
+    if let (Some(why), None) = (why, &c.established) {
+        let _ = cm.reject(dev, cx.now, c.id, why.as_bytes());
+    }
+    let _ = dev.destroy_qp(c.qp.handle);
+    let _ = cm.detach_qp(c.id);
+    let _ = cm.destroy_id(dev, cx.now, c.id);
+    let _ = dev.destroy_cq(c.cq);
+}
