@@ -25,7 +25,7 @@ use verbs_core::{CompChannel, CqHandle, Device, PdHandle, Qp, QpCap, QpInitAttr,
 /// Requests whose handshake may run at once. Under a flood the lobby is full of phantoms and a
 /// real client's handshake must complete (one round trip) before this many newer requests
 /// evict it; each costs a QP and a CQ with no buffers.
-pub const LOBBY_SIZE: usize = 256;
+pub const LOBBY_SIZE: usize = 4096;
 
 /// A client whose handshake the lobby runs.
 #[derive(Debug)]
@@ -120,13 +120,11 @@ impl Lobby {
         self.serving = ip;
     }
 
-    /// Whether `ip` may have a client in the lobby now.
-    fn ip_free(&self, ip: IpAddr) -> bool {
-        self.serving != Some(ip) && self.candidates.iter().all(|c| c.ip != ip)
-    }
-
-    /// Accepts a CONNECT_REQUEST into the lobby (creates its QP and CQ and sends the REP),
-    /// evicting the oldest request still in its handshake when the lobby is full.
+    /// Accepts a CONNECT_REQUEST into the lobby (creates its QP and CQ and sends the REP).
+    /// It takes the place of a handshake still running for the same IP address, or, when
+    /// the lobby is full, of the oldest handshake still running (both are rejected "server
+    /// busy"). A request whose address has a client in session, or one whose handshake
+    /// completed, waits.
     ///
     /// # Errors
     /// [`Refusal`]: what the caller does with a request the lobby did not take.
@@ -157,8 +155,19 @@ impl Lobby {
         let Some(ip) = host.cm().addrs(ev.id).and_then(|(_, dst)| dst).map(|a| a.ip()) else {
             return Err(reject("no peer address".into()));
         };
-        if !self.ip_free(ip) {
+        if self.serving == Some(ip) {
             return Err(Refusal::Wait(ev));
+        }
+        if let Some(i) = self.candidates.iter().position(|c| c.ip == ip) {
+            if self.candidates[i].established.is_some() {
+                return Err(Refusal::Wait(ev));
+            }
+            // A newer request from the address supersedes a handshake that has not
+            // completed: else a phantom with a client's address would lock it out until
+            // the REP's retries ran out.
+            let c = self.candidates.remove(i);
+            self.evicted += 1;
+            release(cx, &c, Some("server busy"));
         }
         if self.candidates.len() >= LOBBY_SIZE {
             let Some(oldest) = self
