@@ -1,0 +1,104 @@
+//! A ping server under a REQ flood (issue 12): `rnic flood` sends connection requests that
+//! look like ping clients' (so the server cannot refuse them on their contents) from many
+//! loopback addresses, none of which ever answers the REP. Invariants: **a real client still
+//! connects, during the flood and after it**, within its normal timeout; **memory stays
+//! bounded** (the lobby holds at most `LOBBY_SIZE` handshakes; the CM's passive requests
+//! expire).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+mod ping_report;
+
+use ping_report::listening_addr;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+
+const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
+
+/// The server's resident set, kB.
+fn rss_kb(server: &Child) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+fn client(addr: SocketAddr) -> (bool, String) {
+    let out = Command::new(RNIC)
+        .args(["ping", "--connect", &addr.to_string(), "--count", "3"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success() && text.contains("verdict: PASS"), text)
+}
+
+fn flood(addr: SocketAddr, count: u32, sources: u32) -> Child {
+    Command::new(RNIC)
+        .args(["flood", "--target", &addr.to_string(), "--ping-shaped"])
+        .args(["--count", &count.to_string(), "--sources", &sources.to_string()])
+        .args(["--first-source", "127.9.0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A real client connects and passes while phantom clients flood the server, and again once
+/// the flood is over; the server's memory stays bounded throughout.
+#[test]
+fn a_real_client_connects_during_and_after_a_flood_of_phantom_clients() {
+    let mut server = Command::new(RNIC)
+        .args(["ping", "--listen", "127.0.0.61:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = listening_addr(&line).unwrap();
+    // The reports' lines go through a thread, so the server never blocks on a full pipe.
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines() {
+            if tx.send(l.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let before = rss_kb(&server);
+
+    let mut f = flood(addr, 200_000, 20_000);
+    let (during, text) = client(addr);
+    assert!(during, "a client during the flood failed:\n{text}");
+    let peak_during = rss_kb(&server);
+    let sent = std::io::read_to_string(f.stdout.take().unwrap()).unwrap();
+    assert!(f.wait().unwrap().success());
+    assert!(sent.starts_with("sent 200000 REQs"), "{sent}");
+
+    let (after, text) = client(addr);
+    assert!(after, "a client after the flood failed:\n{text}");
+    let peak = rss_kb(&server).max(peak_during);
+    // The server's verdicts on both clients (it prints each report when its session ends).
+    let mut verdicts = Vec::new();
+    while verdicts.len() < 2 {
+        let l = lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the server reported fewer than two sessions");
+        if l.starts_with("verdict:") {
+            verdicts.push(l);
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(verdicts, ["verdict: PASS", "verdict: PASS"]);
+    // 4096 handshakes of a QP and a CQ each, a few kB apiece (docs/hostile-input.md): far
+    // below what 200 000 unbounded requests would take.
+    assert!(
+        peak < before + 64 * 1024,
+        "server RSS grew from {before} kB to {peak} kB"
+    );
+}
