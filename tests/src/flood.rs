@@ -25,20 +25,27 @@ use verbs_core::{Gid, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
 /// Sockets kept open at once; with more sources, each REQ binds its own socket.
 const MAX_OPEN_SOCKETS: u32 = 1024;
 
-/// What to send.
-#[derive(Debug, Clone)]
+/// What to send (the options of `rnic flood`).
+#[derive(Debug, Clone, clap::Args)]
 pub struct FloodOptions {
-    /// The listener: `IP:PORT` of an `rnic ping --listen` (or any rdma_cm listener on rnic).
+    /// The listener's `IP:PORT` (an `rnic ping --listen`, or any rdma_cm listener on rnic).
+    #[arg(long)]
     pub target: SocketAddr,
     /// REQs to send.
+    #[arg(long, default_value_t = 1_000_000)]
     pub count: u64,
-    /// Source addresses, used round robin (≥ 1).
+    /// Source addresses, used round robin, from `--first-source` on.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub sources: u32,
-    /// The first source address.
+    /// The first source address (any 127/8 address is local on Linux).
+    #[arg(long, default_value = "127.1.0.1")]
     pub first_source: Ipv4Addr,
-    /// Carry a valid `rnic ping` client's parameters in the private data.
+    /// Carry a valid `rnic ping` client's parameters: phantom clients a ping server cannot
+    /// refuse on their contents.
+    #[arg(long)]
     pub ping_shaped: bool,
-    /// Seed of the random IDs.
+    /// Seed of the REQs' random IDs.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
@@ -71,9 +78,7 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
         let socket = if sources <= MAX_OPEN_SOCKETS {
             match open.entry(k) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(bind(ip, opts.target)?)
-                }
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(bind(ip, opts.target)?),
             }
         } else {
             fresh = bind(ip, opts.target)?;

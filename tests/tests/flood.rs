@@ -40,7 +40,12 @@ fn client(addr: SocketAddr) -> (bool, String) {
 fn flood(addr: SocketAddr, count: u32, sources: u32) -> Child {
     Command::new(RNIC)
         .args(["flood", "--target", &addr.to_string(), "--ping-shaped"])
-        .args(["--count", &count.to_string(), "--sources", &sources.to_string()])
+        .args([
+            "--count",
+            &count.to_string(),
+            "--sources",
+            &sources.to_string(),
+        ])
         .args(["--first-source", "127.9.0.1"])
         .stdout(Stdio::piped())
         .spawn()

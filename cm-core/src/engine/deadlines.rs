@@ -146,14 +146,17 @@ impl CmEngine {
 
 impl CmEngine {
     /// How long, in ms, a passive request may wait for the consumer's answer: until its
-    /// active side has certainly given up. The active side waits `per_send` ms after each
-    /// of its `max_cm_retries + 1` REQs (the [`Backoff`] schedule of this node, Linux's
-    /// linear one by default): `2·ms(packet life time) + ms(Remote CM Response Timeout)`
-    /// (Linux `cm_send_req`), or, once this side has sent an MRA, `ms(MRA service timeout)
-    /// + ms(av.timeout)` (`cm_mra_handler`). The REQ's fields are taken up to this node's
-    /// own packet life time, `cm_response_timeout` and `max_cm_retries` (the path's packet
-    /// life time is the REQ's Local ACK Timeout − 1), so a REQ cannot buy hours: expiring
-    /// early costs a genuine active side nothing but a fresh request from its next REQ.
+    /// active side has certainly given up. The active side waits `per_try` ms after each of
+    /// its `max_cm_retries + 1` REQs (the [`Backoff`] schedule of this node, Linux's linear
+    /// one by default): `2·ms(packet life time) + ms(Remote CM Response Timeout)` (Linux
+    /// `cm_send_req`). Once this side has sent an MRA, one wait is pushed back by
+    /// `ms(MRA service timeout) + ms(av.timeout)` (`cm_mra_handler`, as this engine's active
+    /// side does; a peer that keeps the longer wait for every try sends its next REQ within
+    /// it, and each REQ from the peer moves the expiry out again). The REQ's fields are taken
+    /// up to this node's own packet life time, `cm_response_timeout` and `max_cm_retries`
+    /// (the path's packet life time is the REQ's Local ACK Timeout − 1), so a REQ cannot buy
+    /// hours: expiring early costs a genuine active side nothing but a fresh request from its
+    /// next REQ.
     pub(super) fn request_lifetime_ms(&self, r: &Req, mra_sent: bool) -> u64 {
         let cfg = &self.cfg;
         let plt = r
@@ -161,16 +164,18 @@ impl CmEngine {
             .local_ack_timeout
             .saturating_sub(1)
             .min(cfg.packet_life_time);
-        let per_send = if mra_sent {
+        let per_try = 2 * cm_convert_to_ms(plt)
+            + cm_convert_to_ms(r.remote_cm_response_timeout.min(cfg.cm_response_timeout));
+        let sends = u32::from(r.max_cm_retries.min(cfg.max_cm_retries)) + 1;
+        let retries = (1..=sends)
+            .map(|k| cfg.backoff.timeout_ms(per_try, k))
+            .fold(0u64, u64::saturating_add);
+        let mra = if mra_sent {
             cm_convert_to_ms(cfg.mra_service_timeout)
                 + cm_convert_to_ms(plt.saturating_add(1).min(31))
         } else {
-            2 * cm_convert_to_ms(plt)
-                + cm_convert_to_ms(r.remote_cm_response_timeout.min(cfg.cm_response_timeout))
+            0
         };
-        let sends = u32::from(r.max_cm_retries.min(cfg.max_cm_retries)) + 1;
-        (1..=sends)
-            .map(|k| cfg.backoff.timeout_ms(per_send, k))
-            .fold(0u64, u64::saturating_add)
+        retries.saturating_add(mra)
     }
 }

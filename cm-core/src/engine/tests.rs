@@ -32,26 +32,7 @@ fn pump(now: SimTime, from: &mut CmEngine, from_gid: Gid, to: &mut CmEngine) -> 
 
 fn connect(a: &mut CmEngine, b: &mut CmEngine) -> (IbCmId, IbCmId) {
     let now = SimTime::ZERO;
-    let l = b.create_id();
-    b.listen(l, 0x1060000 | 7471, 4).unwrap();
-    let ia = a.create_id();
-    let req = ReqParams {
-        service_id: 0x1060000 | 7471,
-        local_gid: gid(1),
-        remote_gid: gid(2),
-        local_qpn: 0x11,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: false,
-        private_data: vec![],
-    };
-    a.send_req(now, ia, &req).unwrap();
-    pump(now, a, gid(1), b);
-    let ev = b.poll_event().unwrap();
-    let ib = ev.id;
-    assert!(matches!(ev.kind, IbCmEventKind::ReqReceived(_)));
+    let (ia, ib) = request(a, b, now);
     let rep = RepParams {
         local_qpn: 0x22,
         responder_resources: 1,
@@ -210,8 +191,8 @@ fn dreq_for_unknown_connection_gets_drep_with_ids_swapped_and_tid_copied() {
     assert_eq!((d.local_comm_id, d.remote_comm_id), (0x5678, 0x1234));
 }
 
-/// `a` sends a REQ to `b`'s listener; returns the passive id `b` created.
-fn request(a: &mut CmEngine, b: &mut CmEngine, now: SimTime) -> IbCmId {
+/// `a` sends a REQ to `b`'s listener; returns the active id and the passive id `b` created.
+fn request(a: &mut CmEngine, b: &mut CmEngine, now: SimTime) -> (IbCmId, IbCmId) {
     let l = b.create_id();
     b.listen(l, 0x1060000 | 7471, 4).unwrap();
     let ia = a.create_id();
@@ -231,7 +212,7 @@ fn request(a: &mut CmEngine, b: &mut CmEngine, now: SimTime) -> IbCmId {
     pump(now, a, gid(1), b);
     let ev = b.poll_event().unwrap();
     assert!(matches!(ev.kind, IbCmEventKind::ReqReceived(_)));
-    ev.id
+    (ia, ev.id)
 }
 
 /// Runs `e`'s timers, dropping what it sends, until it raises an event; returns the time.
@@ -252,7 +233,7 @@ fn run_until_event(e: &mut CmEngine) -> (SimTime, IbCmEventKind) {
 #[test]
 fn an_unanswered_request_expires_once_its_active_side_has_given_up() {
     let (mut a, mut b) = pair();
-    let ib = request(&mut a, &mut b, SimTime::ZERO);
+    let (_, ib) = request(&mut a, &mut b, SimTime::ZERO);
     let (gave_up, kind) = run_until_event(&mut a);
     assert_eq!(kind, IbCmEventKind::ReqError);
     let expires = b.poll_timeout().unwrap();
@@ -277,13 +258,13 @@ fn an_unanswered_request_expires_once_its_active_side_has_given_up() {
     assert!(b.remote_ids.is_empty() && b.remote_qpns.is_empty());
 }
 
-/// A duplicate REQ from the request's peer is answered with an MRA, which tells the active
-/// side to wait `ms(MRA service timeout) + ms(av.timeout)` per try: the expiry moves out to
-/// that budget. The same duplicate from another address draws the MRA but moves nothing.
+/// A duplicate REQ from the request's peer is answered with an MRA, which pushes the active
+/// side's wait back by `ms(MRA service timeout) + ms(av.timeout)`: the expiry moves out to
+/// the whole budget again, from the duplicate, plus that wait. The same duplicate from another address draws the MRA but moves nothing.
 #[test]
 fn an_mra_pushes_the_expiry_out_only_for_the_requests_peer() {
     let (mut a, mut b) = pair();
-    let ib = request(&mut a, &mut b, SimTime::ZERO);
+    let (_, ib) = request(&mut a, &mut b, SimTime::ZERO);
     let first = b.poll_timeout().unwrap();
     let t = a.poll_timeout().unwrap();
     a.handle_timeout(t); // the REQ's first retransmission
@@ -298,11 +279,12 @@ fn an_mra_pushes_the_expiry_out_only_for_the_requests_peer() {
     assert!(b.poll_transmit().is_some());
     let after_mra = b.poll_timeout().unwrap();
     let cfg = b.config();
-    let per_try =
+    let mra_wait =
         cm_convert_to_ms(cfg.mra_service_timeout) + cm_convert_to_ms(cfg.packet_life_time + 1);
+    // `first` is the whole budget from time zero: from the duplicate, plus the MRA's wait.
     assert_eq!(
         after_mra,
-        t.plus_nanos(per_try * 1_000_000 * (u64::from(cfg.max_cm_retries) + 1))
+        t.plus_nanos(first.as_nanos() + mra_wait * 1_000_000)
     );
     assert!(after_mra > first);
     b.handle_timeout(after_mra);

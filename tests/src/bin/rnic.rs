@@ -3,8 +3,8 @@
 use clap::{Parser, Subcommand};
 use rnic_testbed::demo::{self, DemoOptions};
 use rnic_testbed::exec;
-use rnic_testbed::flood;
 use rnic_testbed::explore::{self, ExploreOptions, Summary};
+use rnic_testbed::flood;
 use rnic_testbed::ping::cli::{mtu, parse_mtu};
 use rnic_testbed::scenario;
 use std::path::PathBuf;
@@ -71,27 +71,7 @@ enum Command {
     /// Floods an rdma_cm listener (`rnic ping --listen ADDR`) with connection requests from
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
     /// (docs/hostile-input.md). Only sends; prints what it sent.
-    Flood {
-        /// The listener's `IP:PORT`.
-        #[arg(long)]
-        target: std::net::SocketAddr,
-        /// REQs to send.
-        #[arg(long, default_value_t = 1_000_000)]
-        count: u64,
-        /// Source addresses, used round robin, from `--first-source` on.
-        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        sources: u32,
-        /// The first source address (any 127/8 address is local on Linux).
-        #[arg(long, default_value = "127.1.0.1")]
-        first_source: std::net::Ipv4Addr,
-        /// Carry a valid `rnic ping` client's parameters: phantom clients a ping server
-        /// cannot refuse on their contents.
-        #[arg(long)]
-        ping_shaped: bool,
-        /// Seed of the REQs' random IDs.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
+    Flood(flood::FloodOptions),
     /// Re-runs one seed of `explore` and prints its trace, the oracle's verdict and the
     /// replay's trace hash; exits 1 if an invariant failed.
     Replay {
@@ -284,39 +264,24 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Flood {
-            target,
-            count,
-            sources,
-            first_source,
-            ping_shaped,
-            seed,
-        } => {
-            let opts = flood::FloodOptions {
-                target,
-                count,
-                sources,
-                first_source,
-                ping_shaped,
-                seed,
-            };
-            match flood::run(&opts) {
-                Ok(r) => {
-                    emit(&format!(
-                        "sent {} REQs from {sources} addresses to {target} in {:.2} s ({:.0}/s); {} refused by the kernel\n",
+        Command::Flood(opts) => match flood::run(&opts) {
+            Ok(r) => {
+                emit(&format!(
+                        "sent {} REQs from {} addresses to {} in {:.2} s ({:.0}/s); {} refused by the kernel\n",
                         r.sent,
+                        opts.sources,
+                        opts.target,
                         r.elapsed.as_secs_f64(),
                         r.sent as f64 / r.elapsed.as_secs_f64().max(1e-9),
                         r.send_errors
                     ));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("rnic flood: {e}");
-                    ExitCode::from(2)
-                }
+                ExitCode::SUCCESS
             }
-        }
+            Err(e) => {
+                eprintln!("rnic flood: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Ping(args) => ExitCode::from(rnic_testbed::ping::cli::main(&args)),
         Command::Exec(opts) => {
             eprintln!("rnic exec: {}", exec::exec(&opts));

@@ -152,7 +152,12 @@ impl Lobby {
             }));
         }
         let host = cx.ep.inner().host();
-        let Some(ip) = host.cm().addrs(ev.id).and_then(|(_, dst)| dst).map(|a| a.ip()) else {
+        let Some(ip) = host
+            .cm()
+            .addrs(ev.id)
+            .and_then(|(_, dst)| dst)
+            .map(|a| a.ip())
+        else {
             return Err(reject("no peer address".into()));
         };
         if self.serving == Some(ip) {
@@ -170,11 +175,7 @@ impl Lobby {
             release(cx, &c, Some("server busy"));
         }
         if self.candidates.len() >= LOBBY_SIZE {
-            let Some(oldest) = self
-                .candidates
-                .iter()
-                .position(|c| c.established.is_none())
-            else {
+            let Some(oldest) = self.candidates.iter().position(|c| c.established.is_none()) else {
                 // Every one is a real client waiting for its session: the newcomer waits.
                 return Err(Refusal::Wait(ev));
             };

@@ -319,12 +319,10 @@ impl<N: PingNic> Server<N> {
             return Ok(None);
         };
         // The client's socket: the route learned for the GID of its IP.
-        let peer = self.node.handle().with(|ep, _| {
-            ep.inner()
-                .host()
-                .nic()
-                .peer_addr(Gid::from_ip(c.ip))
-        });
+        let peer = self
+            .node
+            .handle()
+            .with(|ep, _| ep.inner().host().nic().peer_addr(Gid::from_ip(c.ip)));
         // One client at a time: another on the same IP (a second process on one host) waits,
         // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
         self.node

@@ -309,9 +309,10 @@ impl<N: PingNic> Node<N> {
     /// that waited for their IP address enter the lobby as soon as it is free. `None` when
     /// none came in time.
     pub(super) fn next_client(&self, wait: Duration) -> Option<Candidate> {
-        let deadline = self.handle().now().plus_nanos(
-            u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX),
-        );
+        let deadline = self
+            .handle()
+            .now()
+            .plus_nanos(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
         loop {
             let ready = self.handle().with(|ep, now| {
                 self.own_events(ep, now, None);
@@ -326,10 +327,9 @@ impl<N: PingNic> Node<N> {
                 return None;
             }
             let ch = self.ch;
-            self.handle()
-                .wait_until(deadline - now, |ep| {
-                    ep.inner().host().cm().pending_events(ch) > 0
-                });
+            self.handle().wait_until(deadline - now, |ep| {
+                ep.inner().host().cm().pending_events(ch) > 0
+            });
         }
     }
 

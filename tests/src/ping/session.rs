@@ -7,6 +7,7 @@
 //! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
+use super::lobby::Lobby;
 use super::nic::PingNic;
 use super::node::{wire_counters, Node, PingEndpoint};
 use super::params::{Params, MAGIC};
@@ -22,7 +23,6 @@ use rnic_sim::nic::SimNic;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
-use super::lobby::Lobby;
 use verbs_core::{AccessFlags, CqHandle, Device, Mtu, Qp, QpCap, QpInitAttr, QpState, SimTime};
 
 /// `-ETIMEDOUT`: the status of DISCONNECTED after the DREQ retries ran out (cm-spec §4.5).
@@ -224,7 +224,12 @@ impl<'a, N: PingNic> Session<'a, N> {
         let (node, l, solicited, id) = (self.node, &mut self.l, self.solicited_only, self.id);
         let (polled, evs, generation, now) = node.handle().with(|ep, now| {
             let polled = l.poll(ep.inner_mut().host_mut(), Some(solicited));
-            (polled, node.own_events(ep, now, Some(id)), ep.generation(), now)
+            (
+                polled,
+                node.own_events(ep, now, Some(id)),
+                ep.generation(),
+                now,
+            )
         });
         self.generation = generation;
         self.take_events(evs, now);
@@ -369,7 +374,9 @@ impl<'a, N: PingNic> Session<'a, N> {
     /// receives on the lobby's QP.
     fn server_accept(&mut self) -> Result<(), Stop> {
         if self.l.qp.is_none() {
-            return Err(Stop::Failed("no QP: a server session needs the lobby's".into()));
+            return Err(Stop::Failed(
+                "no QP: a server session needs the lobby's".into(),
+            ));
         }
         self.create_resources()
     }
