@@ -11,13 +11,15 @@
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
-use crate::world::{End, EventMode, History, Op, Record, World, WorldConfig};
+use crate::world::{End, EventMode, Op, Record, World, WorldConfig};
 use cm_core::api::{CmEventType, CmIdHandle};
 use rnic_sim::fabric::{Delay, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_sim::rng::Rng;
-use rnic_sim::roce::pcap::PcapWriter;
 use std::fmt::Write as _;
 use verbs_core::SimTime;
+
+mod replay;
+pub use replay::{replay_seed, Replay};
 
 /// 1 µs in ns.
 const US: u64 = 1_000;
@@ -704,124 +706,5 @@ pub fn run_seed(seed: u64) -> SeedReport {
     match run(&scenario, false) {
         Ok(w) => report(seed, &scenario, &w),
         Err(e) => failed_world(seed, &scenario, &e),
-    }
-}
-
-/// The same run as [`run_seed`], keeping everything: the scenario, the history and the NICs'
-/// captures.
-pub fn replay_seed(seed: u64) -> Replay {
-    let scenario = scenario_of(seed);
-    match run(&scenario, true) {
-        Ok(mut w) => {
-            let report = report(seed, &scenario, &w);
-            let captures = w.captures().to_vec();
-            Replay {
-                report,
-                scenario,
-                history: w.take_history(),
-                captures,
-            }
-        }
-        Err(e) => Replay {
-            report: failed_world(seed, &scenario, &e),
-            scenario,
-            history: History::default(),
-            captures: Vec::new(),
-        },
-    }
-}
-
-/// A seed's run with everything kept (see [`replay_seed`]).
-#[derive(Debug, Clone)]
-pub struct Replay {
-    /// The report, identical to [`run_seed`]'s.
-    pub report: SeedReport,
-    /// The scenario that ran.
-    pub scenario: Scenario,
-    /// The history.
-    pub history: History,
-    /// Every datagram the hosts sent (time, flow, RoCEv2 UDP payload).
-    pub captures: Vec<rnic_sim::nic::Captured>,
-}
-
-impl Replay {
-    /// Human-readable: a header (seed, faults, hash, verdict), one line per record (time in µs,
-    /// host.life), then the violations.
-    pub fn trace(&self) -> String {
-        let r = &self.report;
-        let mut s = format!(
-            "seed {} hash {:016x} {}\n{}\n",
-            r.seed,
-            r.trace_hash,
-            if r.passed() { "PASS" } else { "FAIL" },
-            r.faults
-        );
-        for e in &self.history.entries {
-            let _ = writeln!(s, "{e}");
-        }
-        for v in &r.violations {
-            let _ = writeln!(s, "{v}");
-        }
-        s
-    }
-
-    /// A Mermaid `sequenceDiagram`: one participant per host, CM MADs sent as arrows (dropped
-    /// ones crossed), CM events and crashes as notes.
-    pub fn mermaid(&self) -> String {
-        let mut s = String::from("sequenceDiagram\n");
-        for h in 0..self.scenario.hosts.len() {
-            let _ = writeln!(s, "    participant H{h} as host {h}");
-        }
-        let entries = &self.history.entries;
-        for (i, e) in entries.iter().enumerate() {
-            let h = e.host;
-            match e.rec {
-                Record::Wire {
-                    tx: true,
-                    peer,
-                    msg,
-                } => {
-                    // A drop of this MAD is recorded later at the same time; cross it then.
-                    let dropped = entries[i + 1..]
-                        .iter()
-                        .take_while(|x| x.at == e.at)
-                        .any(|x| matches!(x.rec, Record::Fault(crate::world::Fault::Dropped { msg: m, .. }) if m == msg && x.host == h));
-                    let _ = writeln!(
-                        s,
-                        "    H{h}{}H{peer}: {} {}us",
-                        if dropped { "-x" } else { "->>" },
-                        msg.name(),
-                        e.at.as_nanos() / US
-                    );
-                }
-                Record::Event { event, status, .. } => {
-                    let _ = writeln!(s, "    Note over H{h}: {event:?}({status})");
-                }
-                Record::Fault(crate::world::Fault::Crash { .. }) => {
-                    let _ = writeln!(s, "    Note over H{h}: CRASH");
-                }
-                Record::Call {
-                    call: crate::world::Call::Disconnect { .. },
-                    errno,
-                } => {
-                    let _ = writeln!(s, "    Note over H{h}: rdma_disconnect = {errno}");
-                }
-                _ => {}
-            }
-        }
-        s
-    }
-
-    /// A pcap file (Ethernet/IPv4/UDP 4791/RoCEv2, readable by tshark) of every datagram sent.
-    pub fn pcap(&self) -> Vec<u8> {
-        let Ok(mut w) = PcapWriter::new(Vec::new()) else {
-            return Vec::new();
-        };
-        let mut caps: Vec<&rnic_sim::nic::Captured> = self.captures.iter().collect();
-        caps.sort_by_key(|c| c.at);
-        for c in caps {
-            let _ = w.write_datagram(c.at, &c.flow, &c.bytes);
-        }
-        w.into_inner()
     }
 }
