@@ -14,7 +14,11 @@
 //! * **S4** a WR posted to a QP in ERR, or completing after the QP was seen in ERR, completes
 //!   with WR_FLUSH_ERR; no SUCCESS after a flush on the same queue.
 //! * **S5** a DISCONNECTED with status 0 follows a DREQ or DREP received for the id's comm ID
-//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2).
+//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2);
+//!   a REJECTED follows a REJ received for the id's comm ID (or a REJ "timeout", which names
+//!   the connection by the sender's CA GUID and comm ID, cm-spec §2.5). What a hostile host
+//!   sent ([`History::hostile`]) is no such evidence: a forgery must not end a connection (no
+//!   unrelated teardown). The hostile host's own records are not checked.
 //! * **S6** every successful completion's `data_ok` (checked by the World at poll time).
 //! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
 //!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
@@ -32,7 +36,9 @@
 
 use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
 use cm_core::api::CmEventType as E;
-use cm_core::wire::{CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ};
+use cm_core::wire::{
+    RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ,
+};
 use rnic_sim::fabric::DropReason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -177,6 +183,10 @@ struct HostState {
     dreq_tx: BTreeMap<u32, u32>,
     /// local comm IDs a DREP was sent for.
     drep_tx: BTreeSet<u32>,
+    /// Remote comm IDs of the REJs received (from hosts that are not hostile).
+    rej_rx: BTreeSet<u32>,
+    /// A REJ "timeout" (reason 4, matched by ARI) was received from a host that is not hostile.
+    rej_timeout_rx: bool,
     /// QPNs (current life) that reached RTS or ERR.
     ready: BTreeSet<u32>,
     /// QPNs seen in ERR.
@@ -190,6 +200,8 @@ struct HostState {
 struct Checker {
     out: Vec<Violation>,
     hosts: Vec<HostState>,
+    /// [`History::hostile`].
+    hostile: Vec<bool>,
     ids: BTreeMap<IdKey, IdState>,
     wrs: BTreeMap<u64, WrState>,
     queues: BTreeMap<QueueKey, (u64, bool)>,
@@ -218,8 +230,15 @@ impl Checker {
         &mut self.hosts[h]
     }
 
+    fn is_hostile(&self, h: u8) -> bool {
+        self.hostile.get(usize::from(h)).copied().unwrap_or(false)
+    }
+
     fn entry(&mut self, e: &Entry) {
         let (h, ep) = (e.host, e.epoch);
+        if self.is_hostile(h) {
+            return;
+        }
         match e.rec {
             Record::Boot { max_cm_retries } => {
                 let hs = self.host(h);
@@ -240,7 +259,11 @@ impl Checker {
                 }
             }
             Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
-            Record::Wire { tx, msg, .. } => self.wire(e, tx, msg),
+            Record::Wire { tx, peer, msg } => {
+                if tx || !self.is_hostile(peer) {
+                    self.wire(e, tx, msg);
+                }
+            }
             Record::Event {
                 id,
                 event,
@@ -303,6 +326,10 @@ impl Checker {
             (false, DREP) => {
                 hs.rx.insert((msg.remote_comm_id, DREP), msg.local_comm_id);
             }
+            (false, REJ) => {
+                hs.rej_rx.insert(msg.remote_comm_id);
+                hs.rej_timeout_rx |= msg.reason == u16::from(RejectReason::Timeout);
+            }
             _ => {}
         }
     }
@@ -317,13 +344,14 @@ impl Checker {
         comm_id: u32,
         timewait_ns: u64,
     ) {
-        let (dreq_from, drep_from, dreq_sent, max_retries) = {
+        let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd) = {
             let hs = self.host(e.host);
             (
                 hs.rx.get(&(comm_id, DREQ)).copied(),
                 hs.rx.get(&(comm_id, DREP)).copied(),
                 hs.dreq_tx.get(&comm_id).copied().unwrap_or(0),
                 hs.max_cm_retries,
+                hs.rej_timeout_rx || hs.rej_rx.contains(&comm_id),
             )
         };
         let id = self.ids.entry(key).or_default();
@@ -334,7 +362,15 @@ impl Checker {
         let mut v: Vec<(Invariant, String)> = Vec::new();
         match event {
             E::ConnectRequest => id.has_cm_id = true,
-            E::Rejected => id.rejected = true,
+            E::Rejected => {
+                id.rejected = true;
+                if !rej_rcvd {
+                    v.push((
+                        Invariant::S5,
+                        "REJECTED without a REJ received for the id".into(),
+                    ));
+                }
+            }
             E::Established => {
                 if id.disconnected > 0 {
                     v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
@@ -681,7 +717,10 @@ pub fn check(history: &History) -> Vec<Violation> {
 
 /// [`check`], also returning the "sometimes" situations reached.
 pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
-    let mut c = Checker::default();
+    let mut c = Checker {
+        hostile: history.hostile.clone(),
+        ..Checker::default()
+    };
     for e in &history.entries {
         if !c.must_be_err.is_empty() {
             c.settle_disconnects(Some(e.at));

@@ -64,6 +64,9 @@ use verbs_core::{
     WcStatus, WorkCompletion,
 };
 
+mod forge;
+pub use forge::{forged_ack, forged_req, forged_send, forged_write, FORGED_TID, FORGED_WORD};
+
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
 pub const CM_PORT: u16 = 7471;
 /// Bytes of one WR buffer slot in a host's memory region.
@@ -495,6 +498,9 @@ pub struct History {
     pub healed_at: Option<SimTime>,
     /// Hosts whose application never reads CM events (the oracle skips their event checks).
     pub deaf: Vec<bool>,
+    /// Hostile hosts ([`World::set_hostile`]): the oracle skips their records and takes nothing
+    /// they sent as a peer's doing.
+    pub hostile: Vec<bool>,
 }
 
 impl History {
@@ -1008,6 +1014,7 @@ impl World {
             history: History {
                 rc_packets: vec![0; n],
                 deaf: vec![false; n],
+                hostile: vec![false; n],
                 ..History::default()
             },
             qps: BTreeMap::new(),

@@ -149,6 +149,7 @@ fn history(entries: Vec<Entry>) -> History {
         quiescent: true,
         healed_at: Some(SimTime::ZERO),
         deaf: vec![false, false],
+        hostile: vec![false, false],
     }
 }
 
@@ -274,6 +275,91 @@ fn s5_minus_110_before_the_retries_ran_out_is_a_violation() {
         .position(|e| is_event(e, 0, E::Disconnected))
         .unwrap();
     h[i] = event(70, 0, 1, E::Disconnected, -110, A);
+    assert_eq!(broken(h), [Invariant::S5]);
+}
+
+/// The orderly history, but host 1's DREQ came from host 2, a hostile host, and host 0's
+/// real DREQ never arrived.
+fn dreq_from_a_hostile_host() -> History {
+    let mut h = orderly();
+    let i = h
+        .iter()
+        .position(|e| e.host == 1 && matches!(e.rec, Record::Wire { tx: false, .. }))
+        .unwrap();
+    if let Record::Wire { ref mut peer, .. } = h[i].rec {
+        *peer = 2;
+    }
+    h.insert(0, at(0, 2, Record::Boot { max_cm_retries: 15 }));
+    let mut h = history(h);
+    h.hostile = vec![false, false, true];
+    h
+}
+
+#[test]
+fn s5_disconnected_0_after_only_a_hostile_hosts_dreq_is_a_violation() {
+    let v = check(&dreq_from_a_hostile_host());
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!((v[0].invariant, v[0].host), (Invariant::S5, 1));
+}
+
+#[test]
+fn s5_the_same_dreq_from_a_host_that_is_not_hostile_is_fine() {
+    let mut h = dreq_from_a_hostile_host();
+    h.hostile = vec![false; 3];
+    assert!(check(&h).is_empty());
+}
+
+#[test]
+fn the_hostile_hosts_own_records_are_not_checked() {
+    let mut h = history(orderly());
+    // A completion of a WR never posted would be S2 on any other host.
+    h.entries
+        .push(done(80, 2, 99, Queue::Send, WcStatus::Success, false));
+    h.hostile = vec![false, false, true];
+    assert!(check(&h).is_empty());
+    h.hostile = vec![false; 3];
+    assert_eq!(broken(h.entries), [Invariant::S2, Invariant::S6]);
+}
+
+/// Host 0 connects, host 1 rejects: the REJ (reason 28) reaches host 0, which reports REJECTED.
+fn rejected() -> Vec<Entry> {
+    let mut rej = wire(20, 0, false, REJ, B, A);
+    if let Record::Wire { ref mut msg, .. } = rej.rec {
+        msg.reason = 28;
+    }
+    vec![
+        at(0, 0, Record::Boot { max_cm_retries: 15 }),
+        at(0, 1, Record::Boot { max_cm_retries: 15 }),
+        call(
+            0,
+            0,
+            Call::Connect {
+                id: 1,
+                to: 1,
+                qpn: 17,
+            },
+            0,
+        ),
+        event(10, 1, 2, E::ConnectRequest, 0, B),
+        call(10, 1, Call::Reject { id: 2 }, 0),
+        rej,
+        event(20, 0, 1, E::Rejected, 28, A),
+    ]
+}
+
+#[test]
+fn s5_rejected_after_a_rej_for_the_id_passes() {
+    assert!(broken(rejected()).is_empty());
+}
+
+#[test]
+fn s5_rejected_without_a_rej_for_the_id_is_a_violation() {
+    let h = without(rejected(), |e| matches!(e.rec, Record::Wire { .. }));
+    assert_eq!(broken(h), [Invariant::S5]);
+    let mut h = rejected();
+    if let Record::Wire { ref mut msg, .. } = h[5].rec {
+        msg.remote_comm_id = A + 1;
+    }
     assert_eq!(broken(h), [Invariant::S5]);
 }
 
