@@ -314,7 +314,8 @@ pub enum Fault {
 }
 
 /// A datagram as the history keeps it: the CM attribute and key fields of a MAD, or attribute
-/// 0 for any other (RC) packet.
+/// 0 for any other (RC) packet — whose other fields are 0, except for a packet
+/// [injected](World::inject): destination QPN, PSN, opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WireMsg {
     /// CM attribute ID (REQ 0x10 … DREP 0x16, cm-spec §2.1); 0 for RC packets.
@@ -734,6 +735,15 @@ impl fmt::Display for Entry {
                 "event {event:?} id {id} status {status} comm {comm_id:#010x}"
             ),
             Record::QpErr { qpn } => write!(f, "QP {qpn:#x} in ERR"),
+            Record::Wire { tx, peer, msg } if msg.attr == 0 => write!(
+                f,
+                "{} RC opcode {:#04x} {} host {peer} QP {:#x} PSN {:#x}",
+                if tx { "sent" } else { "recv" },
+                msg.reason,
+                if tx { "to" } else { "from" },
+                msg.local_comm_id,
+                msg.remote_comm_id
+            ),
             Record::Wire { tx, peer, msg } => write!(
                 f,
                 "{} {} {} host {peer} local {:#010x} remote {:#010x}{}",
@@ -2235,7 +2245,7 @@ impl World {
             .of_host(h)
             .filter(|e| e.epoch == epoch)
             .filter_map(|e| match e.rec {
-                Record::Wire { tx: true, msg, .. } => Some((e.at, msg)),
+                Record::Wire { tx: true, msg, .. } if msg.attr != 0 => Some((e.at, msg)),
                 _ => None,
             })
             .collect()

@@ -13,18 +13,24 @@ pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
 use crate::world::{End, EventMode, Op, Record, World, WorldConfig};
 use cm_core::api::{CmEventType, CmIdHandle};
+use cm_core::engine::IbCmId;
 use rnic_sim::fabric::{Delay, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_sim::rng::Rng;
 use std::fmt::Write as _;
-use verbs_core::SimTime;
+use verbs_core::{Gid, SimTime};
 
+mod hostile;
 mod replay;
+pub use hostile::{Attack, CmKind, Forgery, Hostile};
 pub use replay::{replay_seed, Replay};
 
 /// 1 µs in ns.
 const US: u64 = 1_000;
 /// 1 ms in ns.
 const MS: u64 = 1_000_000;
+
+/// The share of generated scenarios with a [hostile host](Hostile).
+pub const HOSTILE_SHARE: f64 = 0.2;
 
 /// When a [`Step`] runs (after the previous step of its script ran).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +188,8 @@ pub struct Scenario {
     pub fast_timers: bool,
     /// RNR retry count (see [`WorldConfig::rnr_retry`]).
     pub rnr_retry: u8,
+    /// A hostile host after the scripted ones (host `hosts.len()`), if any.
+    pub hostile: Option<Hostile>,
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[(u32, T)]) -> T {
@@ -395,6 +403,10 @@ impl Scenario {
         }
         let a_events = events(rng);
         let p_events = events(rng);
+        // Drawn last, so that a scenario without one is the one this seed drew before.
+        let hostile = rng
+            .chance(HOSTILE_SHARE)
+            .then(|| Hostile::generate(rng, unit));
         Scenario {
             seed,
             hosts: vec![
@@ -417,6 +429,7 @@ impl Scenario {
             },
             fast_timers,
             rnr_retry,
+            hostile,
         }
     }
 
@@ -448,6 +461,9 @@ impl Scenario {
                 let _ = write!(s, " {:?}@{:?}", st.action, st.when);
             }
         }
+        if let Some(x) = &self.hostile {
+            let _ = write!(s, " | h{} hostile:{}", self.hosts.len(), x.describe());
+        }
         s
     }
 }
@@ -469,8 +485,9 @@ struct Runner {
 /// # Errors
 /// Creating the World failed (not expected).
 pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Error> {
+    let scripted = scenario.hosts.len();
     let cfg = WorldConfig {
-        hosts: scenario.hosts.len(),
+        hosts: scripted + usize::from(scenario.hostile.is_some()),
         seed: scenario.seed,
         faults: scenario.faults.plan(),
         fast_timers: scenario.fast_timers,
@@ -482,16 +499,24 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
     for (h, s) in scenario.hosts.iter().enumerate() {
         w.set_event_mode(h, s.events);
     }
+    let attacker = scenario.hostile.as_ref().map(|_| {
+        w.set_hostile(scripted);
+        scripted
+    });
+    let mut fired = vec![false; scenario.hostile.as_ref().map_or(0, |x| x.attacks.len())];
     let mut rs = vec![Runner::default(); scenario.hosts.len()];
     let mut cursor = 0;
     let heal_at = SimTime(scenario.faults.heal_at_ns);
     let mut healed = false;
     let limit = heal_at.plus_nanos(crate::world::QUIESCE_LIMIT_NS);
     loop {
-        cursor = learn(&w, &mut rs, cursor);
+        cursor = learn(&w, &mut rs, cursor, attacker);
         let mut acted = false;
         for h in 0..rs.len() {
             acted |= drive(&mut w, scenario, &mut rs, h);
+        }
+        if let (Some(x), Some(a)) = (&scenario.hostile, attacker) {
+            acted |= x.strike(&mut w, a, &rs, &mut fired);
         }
         if acted {
             continue;
@@ -509,6 +534,12 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
                 _ => None,
             })
             .chain((!healed).then_some(heal_at))
+            .chain(
+                scenario
+                    .hostile
+                    .as_ref()
+                    .and_then(|x| x.next_at(&fired, w.now())),
+            )
             .filter(|&t| t > w.now())
             .min();
         if let Some(t) = timed {
@@ -523,8 +554,9 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
     Ok(w)
 }
 
-/// Reads the history since `cursor` into the runners' knowledge.
-fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
+/// Reads the history since `cursor` into the runners' knowledge. A CONNECT_REQUEST from host
+/// `attacker` is not one the application answers (it serves its script's peer).
+fn learn(w: &World, rs: &mut [Runner], cursor: usize, attacker: Option<usize>) -> usize {
     let entries = &w.history().entries;
     for e in &entries[cursor..] {
         let Some(r) = rs.get_mut(usize::from(e.host)) else {
@@ -536,6 +568,9 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
         match e.rec {
             Record::Event { id, event, .. } => {
                 if event == CmEventType::ConnectRequest {
+                    if attacker.is_some_and(|a| sent_by(w, usize::from(e.host), id) == Some(a)) {
+                        continue;
+                    }
                     r.request = Some(CmIdHandle(id));
                     r.seen |= 1 << event as u32;
                 } else if r.conn.is_some_and(|c| c.id.0 == id) {
@@ -547,6 +582,13 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
         }
     }
     entries.len()
+}
+
+/// The host whose REQ made passive id `id` of host `h`: the REQ's source address, as the CM
+/// took it (not the IP-CM header's claim).
+fn sent_by(w: &World, h: usize, id: u32) -> Option<usize> {
+    let p = w.host(h)?.cm().engine().qp_params(IbCmId(id)).ok()?;
+    (0..w.config().hosts).find(|&i| p.remote_gid == Gid::from_ip(crate::world::host_ip(i)))
 }
 
 /// Runs host `h`'s next step if its trigger holds; returns whether it did.
@@ -672,7 +714,10 @@ pub fn scenario_of(seed: u64) -> Scenario {
 
 fn report(seed: u64, scenario: &Scenario, w: &World) -> SeedReport {
     let history = w.history();
-    let (violations, sometimes) = oracle::check_with_sometimes(history);
+    let (mut violations, sometimes) = oracle::check_with_sometimes(history);
+    if scenario.hostile.is_some() {
+        violations.extend(hostile::landed(w, scenario.hosts.len()));
+    }
     SeedReport {
         seed,
         faults: scenario.describe(),

@@ -71,6 +71,10 @@ impl Replay {
         for h in 0..self.scenario.hosts.len() {
             let _ = writeln!(s, "    participant H{h} as host {h}");
         }
+        if self.scenario.hostile.is_some() {
+            let h = self.scenario.hosts.len();
+            let _ = writeln!(s, "    participant H{h} as host {h} (hostile)");
+        }
         let entries = &self.history.entries;
         for (i, e) in entries.iter().enumerate() {
             let h = e.host;

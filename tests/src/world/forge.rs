@@ -212,8 +212,10 @@ impl World {
     }
 
     /// Host `from` puts `packet` on the wire to host `to` now, from its own UDP socket and not
-    /// through its RNIC (a raw socket: no QP of its own, any header): recorded as an RC packet
-    /// sent (or a MAD, if it is one), captured when the World captures.
+    /// through its RNIC (a raw socket: no QP of its own, any header). Unlike the RNICs' RC
+    /// packets, which are only counted, it is recorded (a [`Record::Wire`](super::Record::Wire)
+    /// whose [`WireMsg`](super::WireMsg) is the MAD's, or for an RC packet attribute 0 with the
+    /// destination QPN, PSN and opcode), and captured when the World captures.
     ///
     /// # Errors
     /// No host `from` or `to`, or `packet` does not encode.
@@ -229,19 +231,24 @@ impl World {
         let bytes = encode(packet, &flow)
             .map_err(|e| Error::new(Errno::EINVAL, format!("forged packet: {e}")))?
             .freeze();
-        let msg = super::WireMsg::parse(&bytes);
+        let msg = match super::WireMsg::parse(&bytes) {
+            m if m.attr != 0 => m,
+            _ => super::WireMsg {
+                attr: 0,
+                local_comm_id: packet.bth.dest_qp,
+                remote_comm_id: packet.bth.psn,
+                reason: packet.bth.opcode as u16,
+            },
+        };
         let now = self.now();
         self.tx_meta[from].push(msg);
-        if msg.attr == 0 {
-            self.history.rc_packets[from] += 1;
-        } else {
-            let rec = super::Record::Wire {
-                tx: true,
-                peer: to as u8,
-                msg,
-            };
-            self.record(from, rec);
-        }
+        self.history.rc_packets[from] += u64::from(msg.attr == 0);
+        let rec = super::Record::Wire {
+            tx: true,
+            peer: to as u8,
+            msg,
+        };
+        self.record(from, rec);
         if self.cfg.capture {
             self.captures.push(Captured {
                 at: now,
