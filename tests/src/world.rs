@@ -64,6 +64,9 @@ use verbs_core::{
     WcStatus, WorkCompletion,
 };
 
+mod forge;
+pub use forge::{forged_ack, forged_req, forged_send, forged_write, FORGED_TID, FORGED_WORD};
+
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
 pub const CM_PORT: u16 = 7471;
 /// Bytes of one WR buffer slot in a host's memory region.
@@ -311,7 +314,8 @@ pub enum Fault {
 }
 
 /// A datagram as the history keeps it: the CM attribute and key fields of a MAD, or attribute
-/// 0 for any other (RC) packet.
+/// 0 for any other (RC) packet — whose other fields are 0, except for a packet
+/// [injected](World::inject): destination QPN, PSN, opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WireMsg {
     /// CM attribute ID (REQ 0x10 … DREP 0x16, cm-spec §2.1); 0 for RC packets.
@@ -495,6 +499,9 @@ pub struct History {
     pub healed_at: Option<SimTime>,
     /// Hosts whose application never reads CM events (the oracle skips their event checks).
     pub deaf: Vec<bool>,
+    /// Hostile hosts ([`World::set_hostile`]): the oracle skips their records and takes nothing
+    /// they sent as a peer's doing.
+    pub hostile: Vec<bool>,
 }
 
 impl History {
@@ -728,6 +735,15 @@ impl fmt::Display for Entry {
                 "event {event:?} id {id} status {status} comm {comm_id:#010x}"
             ),
             Record::QpErr { qpn } => write!(f, "QP {qpn:#x} in ERR"),
+            Record::Wire { tx, peer, msg } if msg.attr == 0 => write!(
+                f,
+                "{} RC opcode {:#04x} {} host {peer} QP {:#x} PSN {:#x}",
+                if tx { "sent" } else { "recv" },
+                msg.reason,
+                if tx { "to" } else { "from" },
+                msg.local_comm_id,
+                msg.remote_comm_id
+            ),
             Record::Wire { tx, peer, msg } => write!(
                 f,
                 "{} {} {} host {peer} local {:#010x} remote {:#010x}{}",
@@ -1008,6 +1024,7 @@ impl World {
             history: History {
                 rc_packets: vec![0; n],
                 deaf: vec![false; n],
+                hostile: vec![false; n],
                 ..History::default()
             },
             qps: BTreeMap::new(),
@@ -2228,7 +2245,7 @@ impl World {
             .of_host(h)
             .filter(|e| e.epoch == epoch)
             .filter_map(|e| match e.rec {
-                Record::Wire { tx: true, msg, .. } => Some((e.at, msg)),
+                Record::Wire { tx: true, msg, .. } if msg.attr != 0 => Some((e.at, msg)),
                 _ => None,
             })
             .collect()

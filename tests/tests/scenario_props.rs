@@ -1180,6 +1180,7 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
                     faults,
                     fast_timers: true,
                     rnr_retry,
+                    hostile: None,
                 }
             },
         )

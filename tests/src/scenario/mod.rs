@@ -11,18 +11,26 @@
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
-use crate::world::{End, EventMode, History, Op, Record, World, WorldConfig};
+use crate::world::{End, EventMode, Op, Record, World, WorldConfig};
 use cm_core::api::{CmEventType, CmIdHandle};
+use cm_core::engine::IbCmId;
 use rnic_sim::fabric::{Delay, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_sim::rng::Rng;
-use rnic_sim::roce::pcap::PcapWriter;
 use std::fmt::Write as _;
-use verbs_core::SimTime;
+use verbs_core::{Gid, SimTime};
+
+mod hostile;
+mod replay;
+pub use hostile::{Attack, CmKind, Forgery, Hostile};
+pub use replay::{replay_seed, Replay};
 
 /// 1 µs in ns.
 const US: u64 = 1_000;
 /// 1 ms in ns.
 const MS: u64 = 1_000_000;
+
+/// The share of generated scenarios with a [hostile host](Hostile).
+pub const HOSTILE_SHARE: f64 = 0.2;
 
 /// When a [`Step`] runs (after the previous step of its script ran).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +188,8 @@ pub struct Scenario {
     pub fast_timers: bool,
     /// RNR retry count (see [`WorldConfig::rnr_retry`]).
     pub rnr_retry: u8,
+    /// A hostile host after the scripted ones (host `hosts.len()`), if any.
+    pub hostile: Option<Hostile>,
 }
 
 fn pick<T: Copy>(rng: &mut Rng, choices: &[(u32, T)]) -> T {
@@ -393,6 +403,10 @@ impl Scenario {
         }
         let a_events = events(rng);
         let p_events = events(rng);
+        // Drawn last, so that a scenario without one is the one this seed drew before.
+        let hostile = rng
+            .chance(HOSTILE_SHARE)
+            .then(|| Hostile::generate(rng, unit));
         Scenario {
             seed,
             hosts: vec![
@@ -415,6 +429,7 @@ impl Scenario {
             },
             fast_timers,
             rnr_retry,
+            hostile,
         }
     }
 
@@ -446,6 +461,9 @@ impl Scenario {
                 let _ = write!(s, " {:?}@{:?}", st.action, st.when);
             }
         }
+        if let Some(x) = &self.hostile {
+            let _ = write!(s, " | h{} hostile:{}", self.hosts.len(), x.describe());
+        }
         s
     }
 }
@@ -467,8 +485,9 @@ struct Runner {
 /// # Errors
 /// Creating the World failed (not expected).
 pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Error> {
+    let scripted = scenario.hosts.len();
     let cfg = WorldConfig {
-        hosts: scenario.hosts.len(),
+        hosts: scripted + usize::from(scenario.hostile.is_some()),
         seed: scenario.seed,
         faults: scenario.faults.plan(),
         fast_timers: scenario.fast_timers,
@@ -480,16 +499,24 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
     for (h, s) in scenario.hosts.iter().enumerate() {
         w.set_event_mode(h, s.events);
     }
+    let attacker = scenario.hostile.as_ref().map(|_| {
+        w.set_hostile(scripted);
+        scripted
+    });
+    let mut fired = vec![false; scenario.hostile.as_ref().map_or(0, |x| x.attacks.len())];
     let mut rs = vec![Runner::default(); scenario.hosts.len()];
     let mut cursor = 0;
     let heal_at = SimTime(scenario.faults.heal_at_ns);
     let mut healed = false;
     let limit = heal_at.plus_nanos(crate::world::QUIESCE_LIMIT_NS);
     loop {
-        cursor = learn(&w, &mut rs, cursor);
+        cursor = learn(&w, &mut rs, cursor, attacker);
         let mut acted = false;
         for h in 0..rs.len() {
             acted |= drive(&mut w, scenario, &mut rs, h);
+        }
+        if let (Some(x), Some(a)) = (&scenario.hostile, attacker) {
+            acted |= x.strike(&mut w, a, &rs, &mut fired);
         }
         if acted {
             continue;
@@ -507,6 +534,12 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
                 _ => None,
             })
             .chain((!healed).then_some(heal_at))
+            .chain(
+                scenario
+                    .hostile
+                    .as_ref()
+                    .and_then(|x| x.next_at(&fired, w.now())),
+            )
             .filter(|&t| t > w.now())
             .min();
         if let Some(t) = timed {
@@ -521,8 +554,9 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
     Ok(w)
 }
 
-/// Reads the history since `cursor` into the runners' knowledge.
-fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
+/// Reads the history since `cursor` into the runners' knowledge. A CONNECT_REQUEST from host
+/// `attacker` is not one the application answers (it serves its script's peer).
+fn learn(w: &World, rs: &mut [Runner], cursor: usize, attacker: Option<usize>) -> usize {
     let entries = &w.history().entries;
     for e in &entries[cursor..] {
         let Some(r) = rs.get_mut(usize::from(e.host)) else {
@@ -534,6 +568,9 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
         match e.rec {
             Record::Event { id, event, .. } => {
                 if event == CmEventType::ConnectRequest {
+                    if attacker.is_some_and(|a| sent_by(w, usize::from(e.host), id) == Some(a)) {
+                        continue;
+                    }
                     r.request = Some(CmIdHandle(id));
                     r.seen |= 1 << event as u32;
                 } else if r.conn.is_some_and(|c| c.id.0 == id) {
@@ -545,6 +582,13 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize) -> usize {
         }
     }
     entries.len()
+}
+
+/// The host whose REQ made passive id `id` of host `h`: the REQ's source address, as the CM
+/// took it (not the IP-CM header's claim).
+fn sent_by(w: &World, h: usize, id: u32) -> Option<usize> {
+    let p = w.host(h)?.cm().engine().qp_params(IbCmId(id)).ok()?;
+    (0..w.config().hosts).find(|&i| p.remote_gid == Gid::from_ip(crate::world::host_ip(i)))
 }
 
 /// Runs host `h`'s next step if its trigger holds; returns whether it did.
@@ -670,7 +714,10 @@ pub fn scenario_of(seed: u64) -> Scenario {
 
 fn report(seed: u64, scenario: &Scenario, w: &World) -> SeedReport {
     let history = w.history();
-    let (violations, sometimes) = oracle::check_with_sometimes(history);
+    let (mut violations, sometimes) = oracle::check_with_sometimes(history);
+    if scenario.hostile.is_some() {
+        violations.extend(hostile::landed(w, scenario.hosts.len()));
+    }
     SeedReport {
         seed,
         faults: scenario.describe(),
@@ -704,124 +751,5 @@ pub fn run_seed(seed: u64) -> SeedReport {
     match run(&scenario, false) {
         Ok(w) => report(seed, &scenario, &w),
         Err(e) => failed_world(seed, &scenario, &e),
-    }
-}
-
-/// The same run as [`run_seed`], keeping everything: the scenario, the history and the NICs'
-/// captures.
-pub fn replay_seed(seed: u64) -> Replay {
-    let scenario = scenario_of(seed);
-    match run(&scenario, true) {
-        Ok(mut w) => {
-            let report = report(seed, &scenario, &w);
-            let captures = w.captures().to_vec();
-            Replay {
-                report,
-                scenario,
-                history: w.take_history(),
-                captures,
-            }
-        }
-        Err(e) => Replay {
-            report: failed_world(seed, &scenario, &e),
-            scenario,
-            history: History::default(),
-            captures: Vec::new(),
-        },
-    }
-}
-
-/// A seed's run with everything kept (see [`replay_seed`]).
-#[derive(Debug, Clone)]
-pub struct Replay {
-    /// The report, identical to [`run_seed`]'s.
-    pub report: SeedReport,
-    /// The scenario that ran.
-    pub scenario: Scenario,
-    /// The history.
-    pub history: History,
-    /// Every datagram the hosts sent (time, flow, RoCEv2 UDP payload).
-    pub captures: Vec<rnic_sim::nic::Captured>,
-}
-
-impl Replay {
-    /// Human-readable: a header (seed, faults, hash, verdict), one line per record (time in µs,
-    /// host.life), then the violations.
-    pub fn trace(&self) -> String {
-        let r = &self.report;
-        let mut s = format!(
-            "seed {} hash {:016x} {}\n{}\n",
-            r.seed,
-            r.trace_hash,
-            if r.passed() { "PASS" } else { "FAIL" },
-            r.faults
-        );
-        for e in &self.history.entries {
-            let _ = writeln!(s, "{e}");
-        }
-        for v in &r.violations {
-            let _ = writeln!(s, "{v}");
-        }
-        s
-    }
-
-    /// A Mermaid `sequenceDiagram`: one participant per host, CM MADs sent as arrows (dropped
-    /// ones crossed), CM events and crashes as notes.
-    pub fn mermaid(&self) -> String {
-        let mut s = String::from("sequenceDiagram\n");
-        for h in 0..self.scenario.hosts.len() {
-            let _ = writeln!(s, "    participant H{h} as host {h}");
-        }
-        let entries = &self.history.entries;
-        for (i, e) in entries.iter().enumerate() {
-            let h = e.host;
-            match e.rec {
-                Record::Wire {
-                    tx: true,
-                    peer,
-                    msg,
-                } => {
-                    // A drop of this MAD is recorded later at the same time; cross it then.
-                    let dropped = entries[i + 1..]
-                        .iter()
-                        .take_while(|x| x.at == e.at)
-                        .any(|x| matches!(x.rec, Record::Fault(crate::world::Fault::Dropped { msg: m, .. }) if m == msg && x.host == h));
-                    let _ = writeln!(
-                        s,
-                        "    H{h}{}H{peer}: {} {}us",
-                        if dropped { "-x" } else { "->>" },
-                        msg.name(),
-                        e.at.as_nanos() / US
-                    );
-                }
-                Record::Event { event, status, .. } => {
-                    let _ = writeln!(s, "    Note over H{h}: {event:?}({status})");
-                }
-                Record::Fault(crate::world::Fault::Crash { .. }) => {
-                    let _ = writeln!(s, "    Note over H{h}: CRASH");
-                }
-                Record::Call {
-                    call: crate::world::Call::Disconnect { .. },
-                    errno,
-                } => {
-                    let _ = writeln!(s, "    Note over H{h}: rdma_disconnect = {errno}");
-                }
-                _ => {}
-            }
-        }
-        s
-    }
-
-    /// A pcap file (Ethernet/IPv4/UDP 4791/RoCEv2, readable by tshark) of every datagram sent.
-    pub fn pcap(&self) -> Vec<u8> {
-        let Ok(mut w) = PcapWriter::new(Vec::new()) else {
-            return Vec::new();
-        };
-        let mut caps: Vec<&rnic_sim::nic::Captured> = self.captures.iter().collect();
-        caps.sort_by_key(|c| c.at);
-        for c in caps {
-            let _ = w.write_datagram(c.at, &c.flow, &c.bytes);
-        }
-        w.into_inner()
     }
 }
