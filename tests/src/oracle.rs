@@ -364,7 +364,10 @@ impl Checker {
             E::ConnectRequest => id.has_cm_id = true,
             E::Rejected => {
                 id.rejected = true;
-                if !rej_rcvd {
+                // A passive request nobody answered expires with REJECTED status 4 (Timeout)
+                // and no REJ on the wire (cm-semantics.md: passive request expiry).
+                let expired = id.has_cm_id && !id.established && status == 4;
+                if !rej_rcvd && !expired {
                     v.push((
                         Invariant::S5,
                         "REJECTED without a REJ received for the id".into(),

@@ -368,8 +368,11 @@ fn a_req_flood_from_a_third_host_is_bounded_by_the_backlog() {
         })
         .collect();
     assert_eq!(requests.len(), BACKLOG);
+    // Nobody answered them: each expired once its (forged) active side would have given up,
+    // back in IDLE (cm-semantics.md, passive request expiry); the application destroys them.
+    assert_eq!(cm(&w, 1).requests_expired, BACKLOG as u64);
     for id in requests {
-        w.reject(1, id).unwrap();
+        assert_eq!(w.ib_cm_state(1, id), Some(IbCmState::Idle));
         w.destroy_id(1, id).unwrap();
     }
     w.run_to_quiescence();
