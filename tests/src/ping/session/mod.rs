@@ -6,6 +6,8 @@
 //! wake filter when a completion-channel or CM event arrives: no polling loop, no sleep). The
 //! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
+mod verdict;
+
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
 use super::lobby::Lobby;
 use super::nic::PingNic;
@@ -264,6 +266,19 @@ impl<'a, N: PingNic> Session<'a, N> {
                 {
                     return Err(Stop::PeerDisconnected);
                 }
+                // A REJ after ESTABLISHED (the server gave up the handshake before it read
+                // our RTU): nothing more will come.
+                if let Some(e) = self
+                    .pending
+                    .iter()
+                    .find(|e| e.event == CmEventType::Rejected)
+                {
+                    return Err(Stop::Failed(format!(
+                        "rejected after ESTABLISHED (status {}){}",
+                        e.status,
+                        peer_says(e)
+                    )));
+                }
             }
             let now = self.h().now();
             if now >= limit {
@@ -287,15 +302,11 @@ impl<'a, N: PingNic> Session<'a, N> {
             .pop_front()
             .ok_or_else(|| Stop::Failed("no event".into()))?;
         if ev.event != want {
-            // A REJ's private data is the peer's reason, when it is text (a ping server's is).
-            let said = std::str::from_utf8(&ev.param.private_data)
-                .ok()
-                .map(|t| t.trim_end_matches('\0'))
-                .filter(|t| !t.is_empty() && t.chars().all(|c| !c.is_control()))
-                .map_or(String::new(), |t| format!(": the peer says \"{t}\""));
             return Err(Stop::Failed(format!(
-                "expected {name}, got {:?} (status {}){said}",
-                ev.event, ev.status
+                "expected {name}, got {:?} (status {}){}",
+                ev.event,
+                ev.status,
+                peer_says(&ev)
             )));
         }
         Ok(ev)
@@ -687,137 +698,15 @@ impl<'a, N: PingNic> Session<'a, N> {
         self.destroy();
         self.report(status, exited, final_state, we_disconnect)
     }
-
-    fn report(
-        mut self,
-        status: Option<i32>,
-        exited: bool,
-        final_state: Option<QpState>,
-        we_disconnect: bool,
-    ) -> PingReport {
-        let mut checks = Vec::new();
-        let mut check = |what: String, ok: bool| checks.push(CheckRecord { what, ok });
-        let killed = self.kill_after.is_some();
-        check("connection ESTABLISHED".into(), self.established);
-        if killed {
-            let retry = self.l.errors.contains_key("RETRY_EXC_ERR");
-            check(
-                "after --kill-peer-after, an RC operation ended with RETRY_EXC_ERR (12)".into(),
-                retry,
-            );
-            check(
-                format!(
-                    "DREQ retries ran out: DISCONNECTED with status {STATUS_ETIMEDOUT} (ETIMEDOUT), got {status:?}"
-                ),
-                status == Some(STATUS_ETIMEDOUT),
-            );
-        } else {
-            let stop = self.stopped.as_ref().map(|s| format!(" (stopped: {s})"));
-            check(
-                format!(
-                    "all {} iterations done, every byte verified ({} bytes){}",
-                    self.params.count,
-                    self.bytes_verified,
-                    stop.unwrap_or_default()
-                ),
-                self.stopped.is_none() && self.iterations == self.params.count,
-            );
-            check(
-                format!("DISCONNECTED with status 0, got {status:?}"),
-                status == Some(0),
-            );
-            check(
-                "no completion with an error other than WR_FLUSH_ERR".into(),
-                self.l.errors.is_empty(),
-            );
-        }
-        check("TIMEWAIT_EXIT after DISCONNECTED".into(), exited);
-        check(
-            format!(
-                "QP in ERR after {}rdma_disconnect, got {}",
-                if we_disconnect {
-                    "our "
-                } else {
-                    "answering with "
-                },
-                final_state.map_or("?".into(), qp_state_name)
-            ),
-            final_state == Some(QpState::Err),
-        );
-        let posted = self.l.tally.recvs_posted_at_err;
-        check(
-            format!(
-                "every still-posted receive ({posted}) flushed with WR_FLUSH_ERR exactly once ({} flushed, {} unexpected, {} still outstanding)",
-                self.l.tally.flushed_recvs,
-                self.l.tally.unexpected,
-                self.l.recv_out.len()
-            ),
-            posted > 0
-                && self.l.tally.flushed_recvs == posted
-                && self.l.tally.unexpected == 0
-                && self.l.recv_out.is_empty(),
-        );
-        for f in &self.failures {
-            check(f.clone(), false);
-        }
-        self.l.tally.errors = std::mem::take(&mut self.l.errors).into_iter().collect();
-        let latency = latency(&mut self.rtts_ns);
-        let throughput = self.data_ns.and_then(|(a, b)| {
-            let moved = match self.params.op {
-                PingOp::Write => u64::from(self.iterations) * u64::from(self.params.size),
-                _ => return None,
-            };
-            let seconds = b.saturating_sub(a) as f64 / 1e9;
-            (seconds > 0.0).then(|| Throughput {
-                bytes: moved,
-                seconds,
-                mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
-            })
-        });
-        let wire = wire_counters(self.node).since(&self.wire_start);
-        let passed = checks.iter().all(|c| c.ok);
-        PingReport {
-            role: self.role.name().into(),
-            device: self.node.described().to_string(),
-            seed: self.node.seed(),
-            path_mtu: self.path_mtu.map(Mtu::bytes),
-            local: self.node.local_addr().to_string(),
-            peer: self.peer.to_string(),
-            op: self.params.op.name().into(),
-            count: self.params.count,
-            size: self.params.size,
-            disconnect_by: self.params.disconnect_by.role().name().into(),
-            iterations: self.iterations,
-            bytes_verified: self.bytes_verified,
-            events: self.events,
-            completions: self.l.tally,
-            qp_states: self.qp_states,
-            timeline: self.timeline,
-            latency,
-            throughput,
-            wire,
-            stopped: self.stopped.map(|s| s.to_string()),
-            checks,
-            verdict: if passed { "PASS" } else { "FAIL" }.into(),
-            t0_ns: self.t0.as_nanos(),
-        }
-    }
 }
 
-fn latency(ns: &mut [u64]) -> Option<Latency> {
-    if ns.is_empty() {
-        return None;
-    }
-    ns.sort_unstable();
-    let us = |v: u64| v as f64 / 1e3;
-    let n = ns.len();
-    Some(Latency {
-        samples: n,
-        min_us: us(ns[0]),
-        median_us: us(ns[n / 2]),
-        mean_us: ns.iter().sum::<u64>() as f64 / n as f64 / 1e3,
-        p99_us: us(ns[(n * 99 / 100).min(n - 1)]),
-    })
+/// A REJ's private data as the peer's reason, when it is text (a ping server's is).
+fn peer_says(ev: &CmEvent) -> String {
+    std::str::from_utf8(&ev.param.private_data)
+        .ok()
+        .map(|t| t.trim_end_matches('\0'))
+        .filter(|t| !t.is_empty() && t.chars().all(|c| !c.is_control()))
+        .map_or(String::new(), |t| format!(": the peer says \"{t}\""))
 }
 
 /// The connection parameters both sides use: one RDMA READ in flight, retry_cnt 7, RNR retry
