@@ -446,7 +446,7 @@ fn forged_writes_and_sends_from_a_third_host_change_no_memory() {
         None,
         "a forged byte landed"
     );
-    assert_eq!(w.forged_word_in(1), None);
+    assert_eq!(w.forged_word_in(1, 0..u64::MAX), None);
     assert_eq!(w.rq_psn(c.passive), Some(epsn));
     assert!(
         !w.history().entries[entries..]

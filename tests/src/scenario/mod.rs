@@ -30,7 +30,7 @@ const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
 /// The share of generated scenarios with a [hostile host](Hostile).
-pub const HOSTILE_SHARE: f64 = 0.2;
+pub const HOSTILE_SHARE: f64 = 0.1;
 
 /// When a [`Step`] runs (after the previous step of its script ran).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -715,8 +715,8 @@ pub fn scenario_of(seed: u64) -> Scenario {
 fn report(seed: u64, scenario: &Scenario, w: &World) -> SeedReport {
     let history = w.history();
     let (mut violations, sometimes) = oracle::check_with_sometimes(history);
-    if scenario.hostile.is_some() {
-        violations.extend(hostile::landed(w, scenario.hosts.len()));
+    if let Some(x) = &scenario.hostile {
+        violations.extend(x.landed(w));
     }
     SeedReport {
         seed,
