@@ -8,6 +8,11 @@
 //! quiescence; the **teardown** (every live host moves its QPs to ERR, as destroying them
 //! would, so every posted WR must complete) until quiescence again. Then the
 //! [`oracle`] checks the history.
+//!
+//! One scenario in ten ([`HOSTILE_SHARE`]) also has a [hostile host](Hostile) after the
+//! scripted ones, which forges CM messages and RC packets at the scripted hosts' connection
+//! (`scenario/hostile.rs`; docs/explore.md "The hostile host"). The replay's output is
+//! `scenario/replay.rs`.
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
@@ -209,7 +214,8 @@ fn step(when: Trigger, action: Action) -> Step {
 }
 
 impl Scenario {
-    /// Draws one two-host scenario from `rng`, fault rates included, biased so that every
+    /// Draws one two-host scenario from `rng` (a [hostile](Hostile) third host with probability
+    /// [`HOSTILE_SHARE`]), fault rates included, biased so that every
     /// "sometimes" situation of TESTING.md comes up (see [`Sometimes`]).
     pub fn generate(rng: &mut Rng) -> Scenario {
         use CmEventType as E;
