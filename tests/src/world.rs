@@ -65,7 +65,9 @@ use verbs_core::{
 };
 
 mod forge;
-pub use forge::{forged_ack, forged_req, forged_send, forged_write, FORGED_TID, FORGED_WORD};
+pub use forge::{
+    forged_ack, forged_req, forged_send, forged_write, write_slot, FORGED_TID, FORGED_WORD,
+};
 
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
 pub const CM_PORT: u16 = 7471;
@@ -1189,7 +1191,12 @@ impl World {
     fn observe(&mut self) {
         let now = self.sim.now();
         for h in 0..self.apps.len() {
-            self.observe_host(h, now);
+            // A hostile host's application only forges: it reads no event, polls no CQ.
+            if self.history.hostile.get(h).copied().unwrap_or(false) {
+                self.drain_wire(h);
+            } else {
+                self.observe_host(h, now);
+            }
         }
         self.match_trace();
         self.refresh_qp_states();

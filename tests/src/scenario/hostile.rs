@@ -9,7 +9,7 @@
 
 use super::{pick, Runner, Trigger, US};
 use crate::oracle::{Invariant, Violation};
-use crate::world::{forged_ack, forged_req, forged_send, forged_write, End, World};
+use crate::world::{forged_ack, forged_req, forged_send, forged_write, write_slot, End, World};
 use cm_core::api::CmEventType;
 use cm_core::engine::IbCmState;
 use cm_core::wire::{CmMessage, CmMsgResponse, Drep, Dreq, Mra, Rej, RejectReason, Rtu};
@@ -136,13 +136,13 @@ impl Hostile {
                     10..=13 => Forgery::Rc {
                         write: rng.chance(0.6),
                         offset: rng.range_u64(0..=12) as i8 - 6,
-                        count: rng.range_u64(1..=12) as u8,
+                        count: rng.range_u64(1..=8) as u8,
                     },
                     14..=15 => Forgery::Ack {
-                        count: rng.range_u64(1..=6) as u8,
+                        count: rng.range_u64(1..=4) as u8,
                     },
                     16..=17 => Forgery::ReqFlood {
-                        n: rng.range_u64(1..=12) as u32,
+                        n: rng.range_u64(1..=10) as u32,
                     },
                     _ => Forgery::StaleReq,
                 };
@@ -344,21 +344,33 @@ fn fire(
     }
 }
 
-/// After the run: a forged payload found in a scripted host's memory (host `h` < `scripted`)
-/// is a write into an MR without the right peer — reported as S6.
-pub(super) fn landed(w: &World, scripted: usize) -> Vec<Violation> {
-    (0..scripted)
-        .filter_map(|h| {
-            let off = w.forged_word_in(h)?;
-            Some(Violation {
-                invariant: Invariant::S6,
-                host: h,
-                at: w.now(),
-                message: format!(
-                    "a forged payload landed in the host's memory region at offset {off}"
-                ),
-                events: Vec::new(),
+impl Hostile {
+    /// After the run: a forged WRITE's payload found where it was aimed (the target's WRITE
+    /// destination slot of the attack's number) is a write into an MR without the right peer —
+    /// reported as S6. (A forged SEND that landed completes a receive with other bytes: S6 at
+    /// once.)
+    pub(super) fn landed(&self, w: &World) -> Vec<Violation> {
+        let aimed = self
+            .attacks
+            .iter()
+            .enumerate()
+            .filter_map(|(k, a)| match a.forgery {
+                Forgery::Rc { write: true, .. } => Some((a.target, k as u64)),
+                _ => None,
+            });
+        aimed
+            .filter_map(|(h, k)| {
+                let off = w.forged_word_in(h, write_slot(k))?;
+                Some(Violation {
+                    invariant: Invariant::S6,
+                    host: h,
+                    at: w.now(),
+                    message: format!(
+                        "a forged payload landed in the host's memory region at offset {off}"
+                    ),
+                    events: Vec::new(),
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
 }

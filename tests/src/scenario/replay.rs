@@ -6,7 +6,7 @@ use crate::world::{History, Record};
 use rnic_sim::roce::pcap::PcapWriter;
 use std::fmt::Write as _;
 
-/// The same run as [`run_seed`], keeping everything: the scenario, the history and the NICs'
+/// The same run as [`run_seed`](super::run_seed), keeping everything: the scenario, the history and the NICs'
 /// captures.
 pub fn replay_seed(seed: u64) -> Replay {
     let scenario = scenario_of(seed);
@@ -33,7 +33,7 @@ pub fn replay_seed(seed: u64) -> Replay {
 /// A seed's run with everything kept (see [`replay_seed`]).
 #[derive(Debug, Clone)]
 pub struct Replay {
-    /// The report, identical to [`run_seed`]'s.
+    /// The report, identical to [`run_seed`](super::run_seed)'s.
     pub report: SeedReport,
     /// The scenario that ran.
     pub scenario: Scenario,

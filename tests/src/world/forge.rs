@@ -23,6 +23,7 @@ use cm_core::wire::{ip_service_id, CmMessage, IpCmHeader, RdmaPortSpace, Req, Re
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::Captured;
 use rnic_sim::roce::{encode, Aeth, AethKind, Bth, Flow, Opcode, Packet, Reth};
+use std::ops::Range;
 use verbs_core::{Device, Errno, Error, Gid, GsiEndpoint, Mr, Mtu, DEFAULT_PKEY, PSN_MASK};
 
 /// The 8 bytes every forged payload repeats. The World's own payloads are a pseudo-random
@@ -33,6 +34,13 @@ pub const FORGED_WORD: [u8; 8] = *b"FORGED!!";
 /// The transaction ID of every forged MAD (a DREQ for an unknown connection is answered with a
 /// DREP carrying it back, cm-spec §3.3).
 pub const FORGED_TID: u64 = 0x0046_4f52_4745_4421;
+
+/// The offsets, in a host's application memory region, of slot `slot` (mod [`SLOTS`]) of its
+/// RDMA WRITE destination region ([`World::write_target`]'s address is its start).
+pub fn write_slot(slot: u64) -> Range<u64> {
+    let start = DST_OFF + (slot % SLOTS) * SLOT_BYTES;
+    start..start + SLOT_BYTES
+}
 
 fn payload(len: u32) -> Bytes {
     FORGED_WORD
@@ -149,8 +157,10 @@ pub fn forged_req(
 }
 
 impl World {
-    /// Marks host `h` hostile in the history: the oracle skips its own records and takes no
-    /// DREQ, DREP or REJ it sent as a peer's doing (module docs).
+    /// Marks host `h` hostile: its application only forges from now on — the World reads none
+    /// of its CM events and polls none of its CQs (what it sends is still recorded) — and the
+    /// oracle skips its records and takes no DREQ, DREP or REJ it sent as a peer's doing
+    /// (module docs).
     pub fn set_hostile(&mut self, h: usize) {
         if self.history.hostile.len() <= h {
             self.history.hostile.resize(h + 1, false);
@@ -167,7 +177,7 @@ impl World {
     /// destination region: where a peer's [`Op::Write`](super::Op::Write) lands.
     pub fn write_target(&self, h: usize, slot: u64) -> Option<(u64, u32)> {
         let mr = self.app_mr(h)?;
-        Some((mr.addr + DST_OFF + (slot % SLOTS) * SLOT_BYTES, mr.rkey))
+        Some((mr.addr + write_slot(slot).start, mr.rkey))
     }
 
     /// The Local Comm ID of `e`'s rdma_cm id now (`None` for an id that is gone or of an
@@ -260,15 +270,27 @@ impl World {
         Ok(())
     }
 
-    /// The offset of the first aligned [`FORGED_WORD`] in host `h`'s application memory
-    /// region, if any: a forged payload that landed.
-    pub fn forged_word_in(&self, h: usize) -> Option<u64> {
-        let mut buf = vec![0u8; MR_BYTES as usize];
-        if !self.read_mr(h, 0, &mut buf) {
-            return None;
-        }
-        buf.chunks_exact(8)
-            .position(|w| w == FORGED_WORD)
-            .map(|i| i as u64 * 8)
+    /// The offset of the first aligned [`FORGED_WORD`] in bytes `range` (offsets, clipped to
+    /// the region) of host `h`'s application memory region, if any: a forged payload that
+    /// landed. Reads only `range`: a region the run never touched costs page faults.
+    pub fn forged_word_in(&self, h: usize, range: Range<u64>) -> Option<u64> {
+        let forged = u64::from_le_bytes(FORGED_WORD);
+        let word = |c: &[u8]| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            u64::from_le_bytes(w)
+        };
+        let (start, end) = (range.start & !7, range.end.min(MR_BYTES));
+        let mut buf = [0u8; 1024];
+        (start..end).step_by(buf.len()).find_map(|base| {
+            let n = ((end - base) as usize & !7).min(buf.len());
+            if !self.read_mr(h, base, &mut buf[..n]) {
+                return None;
+            }
+            buf[..n]
+                .chunks_exact(8)
+                .position(|c| word(c) == forged)
+                .map(|i| base + i as u64 * 8)
+        })
     }
 }
