@@ -379,7 +379,6 @@ impl SimDevice {
             c.unknown_qp += 1;
             return;
         };
-        self.tx_pending.insert(qpn);
         let ud_op = (packet.bth.opcode as u8) >> 5 == 3;
         match qp.init.qp_type {
             QpType::Rc => {
@@ -395,6 +394,9 @@ impl SimDevice {
                     c.wrong_source += 1;
                     return;
                 }
+                // Only now may the QP have something to send (an ACK, a response, a
+                // retransmission): a packet refused above costs it no transmit pass.
+                self.tx_pending.insert(qpn);
                 if is_response(packet.bth.opcode) {
                     qp.on_response(&mut self.sh, now, packet);
                 } else {

@@ -19,6 +19,7 @@ use super::params::Params;
 use super::session::conn_param;
 use super::wire::FaultyEndpoint;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
+use cm_core::engine::IbCmId;
 use std::net::IpAddr;
 use verbs_core::{CompChannel, CqHandle, Device, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
 
@@ -151,15 +152,13 @@ impl Lobby {
                 "this server runs on a hardware RNIC (--device) and the client on the simulated one: give --device on both sides or on neither".into()
             }));
         }
+        // The address the REQ came from, not the one its IP-CM header claims (any text a
+        // sender likes): the GID the CM answers, whose route the session pins.
         let host = cx.ep.inner().host();
-        let Some(ip) = host
-            .cm()
-            .addrs(ev.id)
-            .and_then(|(_, dst)| dst)
-            .map(|a| a.ip())
-        else {
+        let Ok(path) = host.cm().engine().qp_params(IbCmId(id.0)) else {
             return Err(reject("no peer address".into()));
         };
+        let ip = path.remote_gid.to_ip();
         if self.serving == Some(ip) {
             return Err(Refusal::Wait(ev));
         }
