@@ -65,6 +65,7 @@ pub struct FloodReport {
 /// # Errors
 /// A source address cannot be bound (`sources` past the end of 127/8, or in use), or the REQ
 /// cannot be encoded.
+#[allow(clippy::disallowed_methods)] // a driver: real sockets and the wall clock for its rate
 pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
     let sources = opts.sources.max(1);
     let mut rng = Rng::new(opts.seed);

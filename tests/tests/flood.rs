@@ -6,6 +6,7 @@
 //! expire).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+#![allow(clippy::disallowed_methods)] // drives real processes: a thread reads the server's output
 
 mod ping_report;
 

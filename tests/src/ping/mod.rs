@@ -308,7 +308,7 @@ impl<N: PingNic> Server<N> {
     }
 
     /// Waits (up to `wait`) for the next ping client whose connection handshake completed
-    /// (the [`lobby`](lobby) runs the handshakes of every waiting client, so a request that
+    /// (the [`lobby`] runs the handshakes of every waiting client, so a request that
     /// never completes one holds nobody up) and serves it to the end. `Ok(None)` when no
     /// client came in time.
     ///
