@@ -41,32 +41,55 @@ pub struct Captured {
     pub bytes: Bytes,
 }
 
+/// The most payload bytes a [`Capture`] holds between two [`take`](Capture::take)s: past
+/// it, datagrams are counted ([`Capture::not_captured`]) instead of kept, so that a flood
+/// arriving while nobody takes the recording cannot grow memory without bound.
+pub const CAPTURE_LIMIT_BYTES: usize = 64 << 20;
+
 /// A recording of the datagrams a NIC sent and received, off until [`start`](Self::start)
-/// (for pcap export).
+/// (for pcap export), at most [`CAPTURE_LIMIT_BYTES`] between two takes.
 #[derive(Debug, Clone, Default)]
-pub struct Capture(Option<Vec<Captured>>);
+pub struct Capture {
+    records: Option<Vec<Captured>>,
+    bytes: usize,
+    not_captured: u64,
+}
 
 impl Capture {
     /// Starts recording.
     pub fn start(&mut self) {
-        self.0.get_or_insert_with(Vec::new);
+        self.records.get_or_insert_with(Vec::new);
     }
 
     /// The datagrams recorded since [`start`](Self::start) or the last take, leaving the
     /// recording on and empty.
     pub fn take(&mut self) -> Vec<Captured> {
-        self.0.as_mut().map(std::mem::take).unwrap_or_default()
+        self.bytes = 0;
+        self.records
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
-    /// Records one datagram of `flow` at `at`, if recording.
+    /// Records one datagram of `flow` at `at`, if recording and under the limit.
     pub fn record(&mut self, at: SimTime, flow: Flow, bytes: &Bytes) {
-        if let Some(c) = self.0.as_mut() {
+        if let Some(c) = self.records.as_mut() {
+            if self.bytes + bytes.len() > CAPTURE_LIMIT_BYTES {
+                self.not_captured += 1;
+                return;
+            }
+            self.bytes += bytes.len();
             c.push(Captured {
                 at,
                 flow,
                 bytes: bytes.clone(),
             });
         }
+    }
+
+    /// Datagrams left out because the recording was full.
+    pub fn not_captured(&self) -> u64 {
+        self.not_captured
     }
 }
 
@@ -139,6 +162,11 @@ impl SimNic {
     /// recording on and empty.
     pub fn take_capture(&mut self) -> Vec<Captured> {
         self.capture.take()
+    }
+
+    /// Datagrams the capture left out because it was full ([`CAPTURE_LIMIT_BYTES`]).
+    pub fn not_captured(&self) -> u64 {
+        self.capture.not_captured()
     }
 
     /// Datagram counters (encode/decode). The device's own transport counters are

@@ -37,8 +37,10 @@ pub struct FloodOptions {
     /// Source addresses, used round robin, from `--first-source` on.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub sources: u32,
-    /// The first source address (any 127/8 address is local on Linux).
-    #[arg(long, default_value = "127.1.0.1")]
+    /// The first source address; all must stay in 127.0.0.0/8 (every such address is local
+    /// on Linux). The default range starts far from the 127.1–127.64 addresses `rnic ping`
+    /// clients take, so that the flood does not speak for a real client's address.
+    #[arg(long, default_value = "127.128.0.1")]
     pub first_source: Ipv4Addr,
     /// Carry a valid `rnic ping` client's parameters: phantom clients a ping server cannot
     /// refuse on their contents.
@@ -54,7 +56,12 @@ pub struct FloodOptions {
 pub struct FloodReport {
     /// REQs the kernel accepted.
     pub sent: u64,
-    /// REQs the kernel refused (`sendto` failed; e.g. ENOBUFS).
+    /// Source addresses used.
+    pub sources: u32,
+    /// REQs refused because nothing listens at the target (ECONNREFUSED: an earlier REQ drew
+    /// an ICMP port unreachable).
+    pub unreachable: u64,
+    /// REQs the kernel refused for another reason (e.g. ENOBUFS).
     pub send_errors: u64,
     /// Wall time of the flood.
     pub elapsed: Duration,
@@ -63,18 +70,33 @@ pub struct FloodReport {
 /// Sends the flood.
 ///
 /// # Errors
-/// A source address cannot be bound (`sources` past the end of 127/8, or in use), or the REQ
-/// cannot be encoded.
+/// `InvalidInput` for a target that is not IPv4 or a source range that leaves 127.0.0.0/8; a
+/// source address cannot be bound; the REQ cannot be encoded.
 #[allow(clippy::disallowed_methods)] // a driver: real sockets and the wall clock for its rate
 pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
+    let invalid = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    if !opts.target.is_ipv4() {
+        return Err(invalid(format!(
+            "--target {}: an IPv4 address (the sources are 127.0.0.0/8 addresses)",
+            opts.target
+        )));
+    }
     let sources = opts.sources.max(1);
+    let first = u32::from(opts.first_source);
+    let last = first.checked_add(sources - 1);
+    if first >> 24 != 127 || last.is_none_or(|l| l >> 24 != 127) {
+        return Err(invalid(format!(
+            "--first-source {} --sources {sources}: the addresses must stay in 127.0.0.0/8",
+            opts.first_source
+        )));
+    }
     let mut rng = Rng::new(opts.seed);
     let mut open: BTreeMap<u32, UdpSocket> = BTreeMap::new();
     let start = Instant::now();
-    let (mut sent, mut send_errors) = (0, 0);
+    let (mut sent, mut unreachable, mut send_errors) = (0, 0, 0);
     for i in 0..opts.count {
         let k = (i % u64::from(sources)) as u32;
-        let ip = Ipv4Addr::from(u32::from(opts.first_source).wrapping_add(k));
+        let ip = Ipv4Addr::from(first + k);
         let fresh;
         let socket = if sources <= MAX_OPEN_SOCKETS {
             match open.entry(k) {
@@ -89,11 +111,14 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
         let datagram = req_datagram(&mut rng, from, opts.target, opts.ping_shaped)?;
         match socket.send(&datagram) {
             Ok(_) => sent += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => unreachable += 1,
             Err(_) => send_errors += 1,
         }
     }
     Ok(FloodReport {
         sent,
+        sources: u32::try_from(opts.count).map_or(sources, |c| c.min(sources)),
+        unreachable,
         send_errors,
         elapsed: start.elapsed(),
     })

@@ -75,6 +75,11 @@ impl HwNic {
         self.capture.take()
     }
 
+    /// Datagrams the capture left out because it was full.
+    pub fn not_captured(&self) -> u64 {
+        self.capture.not_captured()
+    }
+
     /// The CM socket's refusals by reason: undecodable datagrams, datagrams that were not a
     /// MAD for QP1, learned peers dropped to keep the table bounded.
     pub fn drop_counters(&self) -> Vec<(&'static str, u64)> {
@@ -83,6 +88,7 @@ impl HwNic {
             ("nic.not_gsi", self.not_gsi),
             ("nic.foreign_socket", self.counters.rx_foreign_socket),
             ("nic.peers_evicted", self.peers.evicted()),
+            ("pcap.not_captured", self.capture.not_captured()),
         ]
     }
 

@@ -17,6 +17,16 @@ use std::process::{Child, Command, Stdio};
 
 const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
 
+/// A child process killed when dropped, so that a failing test leaves no server behind.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The server's resident set, kB.
 fn rss_kb(server: &Child) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
@@ -57,12 +67,14 @@ fn flood(addr: SocketAddr, count: u32, sources: u32) -> Child {
 /// the flood is over; the server's memory stays bounded throughout.
 #[test]
 fn a_real_client_connects_during_and_after_a_flood_of_phantom_clients() {
-    let mut server = Command::new(RNIC)
-        .args(["ping", "--listen", "127.0.0.61:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut server = Killed(
+        Command::new(RNIC)
+            .args(["ping", "--listen", "127.0.0.61:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(server.0.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let addr = listening_addr(&line).unwrap();
@@ -75,32 +87,33 @@ fn a_real_client_connects_during_and_after_a_flood_of_phantom_clients() {
             }
         }
     });
-    let before = rss_kb(&server);
+    let before = rss_kb(&server.0);
 
     let mut f = flood(addr, 200_000, 20_000);
     let (during, text) = client(addr);
     assert!(during, "a client during the flood failed:\n{text}");
-    let peak_during = rss_kb(&server);
+    let peak_during = rss_kb(&server.0);
     let sent = std::io::read_to_string(f.stdout.take().unwrap()).unwrap();
     assert!(f.wait().unwrap().success());
     assert!(sent.starts_with("sent 200000 REQs"), "{sent}");
 
     let (after, text) = client(addr);
     assert!(after, "a client after the flood failed:\n{text}");
-    let peak = rss_kb(&server).max(peak_during);
+    let peak = rss_kb(&server.0).max(peak_during);
     // The server's verdicts on both clients (it prints each report when its session ends).
-    let mut verdicts = Vec::new();
+    let (mut verdicts, mut printed) = (Vec::new(), String::new());
     while verdicts.len() < 2 {
-        let l = lines
-            .recv_timeout(std::time::Duration::from_secs(30))
-            .expect("the server reported fewer than two sessions");
+        let Ok(l) = lines.recv_timeout(std::time::Duration::from_secs(30)) else {
+            break;
+        };
+        printed += &l;
+        printed.push('\n');
         if l.starts_with("verdict:") {
             verdicts.push(l);
         }
     }
-    server.kill().unwrap();
-    server.wait().unwrap();
-    assert_eq!(verdicts, ["verdict: PASS", "verdict: PASS"]);
+    drop(server);
+    assert_eq!(verdicts, ["verdict: PASS", "verdict: PASS"], "{printed}");
     // 4096 handshakes of a QP and a CQ each, a few kB apiece (docs/hostile-input.md): far
     // below what 200 000 unbounded requests would take.
     assert!(

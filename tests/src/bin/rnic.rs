@@ -267,14 +267,22 @@ fn main() -> ExitCode {
         Command::Flood(opts) => match flood::run(&opts) {
             Ok(r) => {
                 emit(&format!(
-                        "sent {} REQs from {} addresses to {} in {:.2} s ({:.0}/s); {} refused by the kernel\n",
-                        r.sent,
-                        opts.sources,
-                        opts.target,
-                        r.elapsed.as_secs_f64(),
-                        r.sent as f64 / r.elapsed.as_secs_f64().max(1e-9),
-                        r.send_errors
+                    "sent {} REQs from {} addresses to {} in {:.2} s ({:.0}/s)\n",
+                    r.sent,
+                    r.sources,
+                    opts.target,
+                    r.elapsed.as_secs_f64(),
+                    r.sent as f64 / r.elapsed.as_secs_f64().max(1e-9),
+                ));
+                if r.unreachable > 0 {
+                    emit(&format!(
+                        "{} refused: nothing listens at {} (ICMP port unreachable)\n",
+                        r.unreachable, opts.target
                     ));
+                }
+                if r.send_errors > 0 {
+                    emit(&format!("{} refused by the kernel\n", r.send_errors));
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

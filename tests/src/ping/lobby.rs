@@ -20,8 +20,8 @@ use super::session::conn_param;
 use super::wire::FaultyEndpoint;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
 use cm_core::engine::IbCmId;
-use std::net::IpAddr;
-use verbs_core::{CompChannel, CqHandle, Device, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
+use std::net::{IpAddr, SocketAddr};
+use verbs_core::{CompChannel, CqHandle, Device, Gid, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
 
 /// Requests whose handshake may run at once. Under a flood the lobby is full of phantoms and a
 /// real client's handshake must complete (one round trip) before this many newer requests
@@ -41,6 +41,10 @@ pub struct Candidate {
     pub request: CmEvent,
     /// Its ESTABLISHED and when it came, once the handshake completed.
     pub established: Option<(CmEvent, SimTime)>,
+    /// Its socket, held as the route of its IP's GID from ESTABLISHED on: datagrams of its
+    /// IP from other sockets (another process, a spoofer) are dropped meanwhile, and cannot
+    /// move the route while it waits for its session.
+    pub peer: Option<SocketAddr>,
     /// The QP the REP announced.
     pub qp: Qp,
     /// The QP's send and receive CQ.
@@ -204,6 +208,7 @@ impl Lobby {
             params,
             request: ev,
             established: None,
+            peer: None,
             qp,
             cq,
             t0: cx.now,
@@ -219,7 +224,15 @@ impl Lobby {
             return Some(ev);
         };
         match ev.event {
-            CmEventType::Established => self.candidates[i].established = Some((ev, cx.now)),
+            CmEventType::Established => {
+                let c = &mut self.candidates[i];
+                let gid = Gid::from_ip(c.ip);
+                let nic = cx.ep.inner_mut().host_mut().nic_mut();
+                let peer = nic.peer_addr(gid);
+                nic.set_peer_addr(gid, peer);
+                c.peer = Some(peer);
+                c.established = Some((ev, cx.now));
+            }
             CmEventType::Rejected
             | CmEventType::Unreachable
             | CmEventType::ConnectError
@@ -262,4 +275,11 @@ fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
     let _ = cm.detach_qp(c.id);
     let _ = cm.destroy_id(dev, cx.now, c.id);
     let _ = dev.destroy_cq(c.cq);
+    if c.peer.is_some() {
+        cx.ep
+            .inner_mut()
+            .host_mut()
+            .nic_mut()
+            .release_peer(Gid::from_ip(c.ip));
+    }
 }

@@ -318,11 +318,14 @@ impl<N: PingNic> Server<N> {
         let Some(c) = self.node.next_client(wait) else {
             return Ok(None);
         };
-        // The client's socket: the route learned for the GID of its IP.
-        let peer = self
-            .node
-            .handle()
-            .with(|ep, _| ep.inner().host().nic().peer_addr(Gid::from_ip(c.ip)));
+        // The client's socket: the route the lobby held for it since its ESTABLISHED.
+        let peer = match c.peer {
+            Some(p) => p,
+            None => self
+                .node
+                .handle()
+                .with(|ep, _| ep.inner().host().nic().peer_addr(Gid::from_ip(c.ip))),
+        };
         // One client at a time: another on the same IP (a second process on one host) waits,
         // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
         self.node

@@ -135,6 +135,7 @@ impl PingNic for SimNic {
                 self.datagram_counters().rx_foreign_socket,
             ),
             ("nic.peers_evicted", self.peers().evicted()),
+            ("pcap.not_captured", self.not_captured()),
             ("rnic.malformed", c.malformed),
             ("rnic.bad_pkey", c.bad_pkey),
             ("rnic.unknown_qp", c.unknown_qp),

@@ -22,12 +22,16 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use verbs_core::{CompChannel, Device, Gid, PdHandle, SimTime};
 
-/// The most CM events of other connections a node keeps while it serves one (the listen
-/// backlog, [`LISTEN_BACKLOG`]): past it a waiting client is refused with a REJ.
-pub const MAX_DEFERRED: usize = LISTEN_BACKLOG as usize;
+/// The most requests a server keeps waiting for their IP address to be free (a second client
+/// of an IP whose client is in session or has completed its handshake): past it the newest
+/// is refused with a REJ ("server busy").
+pub const MAX_DEFERRED: usize = 8;
 
-/// The backlog a ping server listens with.
-pub const LISTEN_BACKLOG: u32 = 8;
+/// The backlog a ping server listens with: connection requests the CM holds until the
+/// server reads them (each a passive id; Linux's `max_backlog` default, 1024). The server
+/// reads them into its lobby whenever it runs, so under a flood a real client's REQ finds
+/// room more often than behind a backlog of a few.
+pub const LISTEN_BACKLOG: u32 = 1024;
 
 /// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
 pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
@@ -92,6 +96,10 @@ pub struct Node<N: PingNic = SimNic> {
     deferred: RefCell<VecDeque<CmEvent>>,
     /// A server's lobby ([`Node::open_lobby`]): it runs the handshakes of waiting clients.
     lobby: RefCell<Option<Lobby>>,
+    /// The wire counters at the last report: the next report counts from there, so that what
+    /// arrived while a server waited between clients (a flood, refused requests) shows in the
+    /// next client's report.
+    reported: RefCell<WireRecord>,
 }
 
 impl<N: PingNic> Node<N> {
@@ -169,6 +177,7 @@ impl<N: PingNic> Node<N> {
             refused: Cell::new(0),
             deferred: RefCell::new(VecDeque::new()),
             lobby: RefCell::new(None),
+            reported: RefCell::new(WireRecord::default()),
         })
     }
 
@@ -358,6 +367,14 @@ impl<N: PingNic> Node<N> {
         }
     }
 
+    /// The wire counters since the last report (or the start), and marks them reported.
+    pub(super) fn wire_since_report(&self) -> WireRecord {
+        let now = wire_counters(self);
+        let since = now.since(&self.reported.borrow());
+        *self.reported.borrow_mut() = now;
+        since
+    }
+
     /// Requests evicted from the lobby by newer ones while still in their handshake.
     pub fn evicted(&self) -> u64 {
         self.lobby.borrow().as_ref().map_or(0, |l| l.evicted)
@@ -413,7 +430,7 @@ fn get_event<N: PingNic>(
 }
 
 /// The node's wire counters since it started.
-pub(super) fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
+fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
     node.handle().with(|ep, _| {
         let host = ep.inner().host();
         let nic = host.nic().datagram_counters();

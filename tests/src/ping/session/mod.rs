@@ -11,11 +11,11 @@ mod verdict;
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
 use super::lobby::Lobby;
 use super::nic::PingNic;
-use super::node::{wire_counters, Node, PingEndpoint};
+use super::node::{Node, PingEndpoint};
 use super::params::{Params, MAGIC};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
-    TimelineEntry, WireRecord,
+    TimelineEntry,
 };
 use super::{PingOp, Role};
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
@@ -71,8 +71,6 @@ pub struct Session<'a, N: PingNic = SimNic> {
     established: bool,
     /// The QP's path MTU once connected (what the CM negotiated, after the device's clamp).
     path_mtu: Option<Mtu>,
-    /// The node's wire counters when the session started (a server's node serves many).
-    wire_start: WireRecord,
 }
 
 impl<'a, N: PingNic> Session<'a, N> {
@@ -90,9 +88,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         setup_events: Vec<(CmEvent, SimTime)>,
     ) -> Session<'a, N> {
         let recvs = side.recvs.max(1);
-        let wire_start = wire_counters(node);
         let mut s = Session {
-            wire_start,
             node,
             role,
             params,
@@ -586,8 +582,17 @@ impl<'a, N: PingNic> Session<'a, N> {
             self.rdma_disconnect(&why);
         }
         self.l.disconnecting = true;
-        let give_up = Duration::from_millis(2 * self.node.cfg().dreq_give_up_ms() + 1000);
-        self.timeout = self.timeout.max(give_up);
+        let give_up_ms = 2 * self.node.cfg().dreq_give_up_ms() + 1000;
+        // A server whose client stopped answering (unplanned: no --kill-peer-after) does not
+        // wait out the DREQ's retries (74 s with Linux's timers) before it serves the next
+        // client: else each client killed after its handshake would hold the server that
+        // long. Its wait stays the --timeout without progress.
+        let peer_gone = self.role == Role::Server
+            && self.kill_after.is_none()
+            && matches!(self.stopped, Some(Stop::Timeout(_) | Stop::Transport(_)));
+        if !peer_gone {
+            self.timeout = self.timeout.max(Duration::from_millis(give_up_ms));
+        }
         let status = match self.expect_event(CmEventType::Disconnected) {
             Ok(ev) => {
                 let now = self.h().now();
@@ -608,6 +613,18 @@ impl<'a, N: PingNic> Session<'a, N> {
                     ),
                 );
                 Some(ev.status)
+            }
+            Err(e) if peer_gone => {
+                let now = self.h().now();
+                self.note(
+                    now,
+                    format!(
+                        "the client stopped answering: DISCONNECTED not awaited (the DREQ would give up after {:.0} s); the id is destroyed and the next client served",
+                        self.node.cfg().dreq_give_up_ms() as f64 / 1e3
+                    ),
+                );
+                self.failures.push(format!("DISCONNECTED: {e}"));
+                return (None, false);
             }
             Err(e) => {
                 self.failures.push(format!("DISCONNECTED: {e}"));

@@ -92,7 +92,7 @@ impl<N: PingNic> Session<'_, N> {
                 mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
             })
         });
-        let wire = wire_counters(self.node).since(&self.wire_start);
+        let wire = self.node.wire_since_report();
         let passed = checks.iter().all(|c| c.ok);
         PingReport {
             role: self.role.name().into(),
