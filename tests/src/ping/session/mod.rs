@@ -586,13 +586,16 @@ impl<'a, N: PingNic> Session<'a, N> {
         // A server whose client stopped answering (unplanned: no --kill-peer-after) does not
         // wait out the DREQ's retries (74 s with Linux's timers) before it serves the next
         // client: else each client killed after its handshake would hold the server that
-        // long. Its wait stays the --timeout without progress.
+        // long. After a transport error (the RC retries ran out: the client is gone) it does
+        // not wait at all; after a timeout, one DREQ retransmission interval.
         let peer_gone = self.role == Role::Server
             && self.kill_after.is_none()
             && matches!(self.stopped, Some(Stop::Timeout(_) | Stop::Transport(_)));
-        if !peer_gone {
-            self.timeout = self.timeout.max(Duration::from_millis(give_up_ms));
-        }
+        self.timeout = match &self.stopped {
+            _ if !peer_gone => self.timeout.max(Duration::from_millis(give_up_ms)),
+            Some(Stop::Transport(_)) => Duration::ZERO,
+            _ => Duration::from_millis(self.node.cfg().dreq_timeout_ms()),
+        };
         let status = match self.expect_event(CmEventType::Disconnected) {
             Ok(ev) => {
                 let now = self.h().now();
