@@ -434,10 +434,16 @@ impl RdmaCm {
                 format!("un-acked {ev:?} event on this id"),
             ));
         }
+        let listener = self.cma.state(id) == Some(RdmaCmState::Listen);
         self.cma.destroy_id(dev, now, id)?;
-        // The id, and children destroyed with a listener, are gone from the kernel.
-        let cma = &self.cma;
-        self.ids.retain(|i, _| cma.contains(*i));
+        // The id is gone from the kernel, and with a listener its children too (a scan of
+        // every id, so only then: a server destroying ids one by one stays O(log n) each).
+        if listener {
+            let cma = &self.cma;
+            self.ids.retain(|i, _| cma.contains(*i));
+        } else {
+            self.ids.remove(&id);
+        }
         Ok(())
     }
 

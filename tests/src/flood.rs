@@ -49,6 +49,9 @@ pub struct FloodOptions {
     /// Seed of the REQs' random IDs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// REQs per second at most (0: as fast as the sockets take them).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
 }
 
 /// What was sent.
@@ -95,6 +98,14 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
     let start = Instant::now();
     let (mut sent, mut unreachable, mut send_errors) = (0, 0, 0);
     for i in 0..opts.count {
+        if opts.rate > 0 && i % 16 == 0 {
+            // Paced in steps of 16 REQs (a burst of hundreds would overflow the target's
+            // socket buffer at any rate): sleep until the i-th is due.
+            let due = Duration::from_nanos(i.saturating_mul(1_000_000_000) / opts.rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
         let k = (i % u64::from(sources)) as u32;
         let ip = Ipv4Addr::from(first + k);
         let fresh;

@@ -226,6 +226,9 @@ pub struct SimDevice {
     next_pd: u32,
     next_cq: u32,
     qps: BTreeMap<u32, SimQp>,
+    /// How many QP ends (send and receive) use each CQ: `destroy_cq` refuses a used one
+    /// (EBUSY) without scanning every QP.
+    cq_users: BTreeMap<u32, u32>,
     /// The QPN counter (2..=0xFF_FFFF, wrapping); the QPN is its image under `qpn_order`.
     next_qpn: u32,
     /// The seed's permutation of QPNs (the identity with seed 0).
@@ -271,6 +274,7 @@ impl SimDevice {
             next_pd: 1,
             next_cq: 1,
             qps: BTreeMap::new(),
+            cq_users: BTreeMap::new(),
             gsi: crate::gsi::Gsi::default(),
             tx_pending: BTreeSet::new(),
             deadlines: BTreeSet::new(),
@@ -659,11 +663,7 @@ impl Device for SimDevice {
         if !self.sh.cqs.contains_key(&cq.0) {
             return Err(Error::inval("unknown CQ"));
         }
-        if self
-            .qps
-            .values()
-            .any(|q| q.init.send_cq == cq || q.init.recv_cq == cq)
-        {
+        if self.cq_users.contains_key(&cq.0) {
             return Err(Error::new(Errno::EBUSY, "CQ still used by a QP"));
         }
         self.sh.cqs.remove(&cq.0);
@@ -733,6 +733,9 @@ impl Device for SimDevice {
         let qpn = self
             .allocate_qpn()
             .ok_or_else(|| Error::new(Errno::ENOMEM, "QP numbers exhausted"))?;
+        for cq in [init.send_cq, init.recv_cq] {
+            *self.cq_users.entry(cq.0).or_default() += 1;
+        }
         self.qps.insert(qpn, SimQp::new(qpn, pd.0, *init));
         Ok(Qp {
             handle: QpHandle(qpn),
@@ -835,7 +838,15 @@ impl Device for SimDevice {
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
-        self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        for cq in [q.init.send_cq, q.init.recv_cq] {
+            if let Some(n) = self.cq_users.get_mut(&cq.0) {
+                *n -= 1;
+                if *n == 0 {
+                    self.cq_users.remove(&cq.0);
+                }
+            }
+        }
         self.tx_pending.remove(&qp.0);
         self.sh.entered_err.remove(&qp.0);
         self.sync_deadline(qp.0);

@@ -20,6 +20,7 @@ use super::session::conn_param;
 use super::wire::FaultyEndpoint;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
 use cm_core::engine::IbCmId;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use verbs_core::{CompChannel, CqHandle, Device, Gid, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
 
@@ -41,10 +42,13 @@ pub struct Candidate {
     pub request: CmEvent,
     /// Its ESTABLISHED and when it came, once the handshake completed.
     pub established: Option<(CmEvent, SimTime)>,
-    /// Its socket, held as the route of its IP's GID from ESTABLISHED on: datagrams of its
-    /// IP from other sockets (another process, a spoofer) are dropped meanwhile, and cannot
-    /// move the route while it waits for its session.
-    pub peer: Option<SocketAddr>,
+    /// Its socket: the route its REQ was learned at (the REP went there), held as the route
+    /// of its IP's GID from ESTABLISHED on (`held`): datagrams of its IP from other sockets
+    /// (another process, a spoofer) are dropped meanwhile, and neither they nor a flood of
+    /// other sources (which evicts learned routes) can move it while it waits for its session.
+    pub peer: SocketAddr,
+    /// Whether `peer` is held.
+    pub held: bool,
     /// The QP the REP announced.
     pub qp: Qp,
     /// The QP's send and receive CQ.
@@ -73,8 +77,15 @@ pub enum Refusal {
 /// See the module docs.
 pub struct Lobby {
     recvs: u32,
-    /// Arrival order.
-    candidates: Vec<Candidate>,
+    /// The candidates by id.
+    candidates: BTreeMap<CmIdHandle, Candidate>,
+    /// The candidate of each IP address (one at a time).
+    by_ip: BTreeMap<IpAddr, CmIdHandle>,
+    /// Admission order of the handshakes still running, oldest first; ids that left or
+    /// completed their handshake are skipped (and dropped) when met.
+    running: VecDeque<CmIdHandle>,
+    /// The completed handshakes by the time they completed: the order of service.
+    ready: BTreeSet<(SimTime, CmIdHandle)>,
     /// The IP address of the client in session, if any.
     serving: Option<IpAddr>,
     /// Requests evicted by newer ones while still in their handshake.
@@ -99,7 +110,10 @@ impl Lobby {
     pub fn new(recvs: u32) -> Lobby {
         Lobby {
             recvs: recvs.max(1),
-            candidates: Vec::new(),
+            candidates: BTreeMap::new(),
+            by_ip: BTreeMap::new(),
+            running: VecDeque::new(),
+            ready: BTreeSet::new(),
             serving: None,
             evicted: 0,
         }
@@ -166,26 +180,27 @@ impl Lobby {
         if self.serving == Some(ip) {
             return Err(Refusal::Wait(ev));
         }
-        if let Some(i) = self.candidates.iter().position(|c| c.ip == ip) {
-            if self.candidates[i].established.is_some() {
+        if let Some(&other) = self.by_ip.get(&ip) {
+            if self
+                .candidates
+                .get(&other)
+                .is_some_and(|c| c.established.is_some())
+            {
                 return Err(Refusal::Wait(ev));
             }
             // A newer request from the address supersedes a handshake that has not
             // completed: else a phantom with a client's address would lock it out until
             // the REP's retries ran out.
-            let c = self.candidates.remove(i);
-            self.evicted += 1;
-            release(cx, &c, Some("server busy"));
+            self.evict(cx, other);
         }
         if self.candidates.len() >= LOBBY_SIZE {
-            let Some(oldest) = self.candidates.iter().position(|c| c.established.is_none()) else {
+            let Some(oldest) = self.oldest_running() else {
                 // Every one is a real client waiting for its session: the newcomer waits.
                 return Err(Refusal::Wait(ev));
             };
-            let c = self.candidates.remove(oldest);
-            self.evicted += 1;
-            release(cx, &c, Some("server busy"));
+            self.evict(cx, oldest);
         }
+        let peer = cx.ep.inner().host().nic().peer_addr(Gid::from_ip(ip));
         let depth = Self::depth(self.recvs);
         let (cm, dev) = cx.ep.inner_mut().host_mut().split();
         let cq = dev
@@ -202,17 +217,29 @@ impl Lobby {
                 return Err(reject(format!("cannot accept: {e}")));
             }
         };
-        self.candidates.push(Candidate {
+        self.by_ip.insert(ip, id);
+        self.running.push_back(id);
+        if self.running.len() > 2 * self.candidates.len() + 64 {
+            // Compact the ids that left meanwhile.
+            let live = &self.candidates;
+            self.running
+                .retain(|i| live.get(i).is_some_and(|c| c.established.is_none()));
+        }
+        self.candidates.insert(
             id,
-            ip,
-            params,
-            request: ev,
-            established: None,
-            peer: None,
-            qp,
-            cq,
-            t0: cx.now,
-        });
+            Candidate {
+                id,
+                ip,
+                params,
+                request: ev,
+                established: None,
+                peer,
+                held: false,
+                qp,
+                cq,
+                t0: cx.now,
+            },
+        );
         Ok(())
     }
 
@@ -220,62 +247,101 @@ impl Lobby {
     /// UNREACHABLE, CONNECT_ERROR or DISCONNECTED (the client gave up or went away) ends it.
     /// Returns the event back when it is no candidate's.
     pub fn on_event<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, ev: CmEvent) -> Option<CmEvent> {
-        let Some(i) = self.candidates.iter().position(|c| c.id == ev.id) else {
+        let Some(c) = self.candidates.get_mut(&ev.id) else {
             return Some(ev);
         };
         match ev.event {
-            CmEventType::Established => {
-                let c = &mut self.candidates[i];
-                let gid = Gid::from_ip(c.ip);
+            CmEventType::Established if c.established.is_none() => {
                 let nic = cx.ep.inner_mut().host_mut().nic_mut();
-                let peer = nic.peer_addr(gid);
-                nic.set_peer_addr(gid, peer);
-                c.peer = Some(peer);
+                nic.set_peer_addr(Gid::from_ip(c.ip), c.peer);
+                c.held = true;
+                self.ready.insert((cx.now, c.id));
                 c.established = Some((ev, cx.now));
             }
             CmEventType::Rejected
             | CmEventType::Unreachable
             | CmEventType::ConnectError
             | CmEventType::Disconnected => {
-                let c = self.candidates.remove(i);
-                release(cx, &c, None);
+                if let Some(c) = self.remove(ev.id) {
+                    release(cx, &c, None);
+                }
             }
             _ => {}
         }
         None
     }
 
+    /// The oldest candidate whose handshake still runs (dropping the ids met on the way that
+    /// left or completed).
+    fn oldest_running(&mut self) -> Option<CmIdHandle> {
+        while let Some(&id) = self.running.front() {
+            if self
+                .candidates
+                .get(&id)
+                .is_some_and(|c| c.established.is_none())
+            {
+                return Some(id);
+            }
+            self.running.pop_front();
+        }
+        None
+    }
+
+    /// Takes candidate `id` out of every index.
+    fn remove(&mut self, id: CmIdHandle) -> Option<Candidate> {
+        let c = self.candidates.remove(&id)?;
+        if self.by_ip.get(&c.ip) == Some(&id) {
+            self.by_ip.remove(&c.ip);
+        }
+        if let Some((_, at)) = &c.established {
+            self.ready.remove(&(*at, id));
+        }
+        Some(c)
+    }
+
+    /// Rejects ("server busy") and releases candidate `id`, whose handshake still runs.
+    fn evict<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, id: CmIdHandle) {
+        if let Some(c) = self.remove(id) {
+            self.evicted += 1;
+            release(cx, &c, Some("server busy"));
+        }
+    }
+
     /// Takes the client whose handshake completed first, if any.
     pub fn take_ready(&mut self) -> Option<Candidate> {
-        let first = self
-            .candidates
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.established.as_ref().map(|(_, at)| (*at, i)))
-            .min()?;
-        Some(self.candidates.remove(first.1))
+        let &(_, id) = self.ready.first()?;
+        self.remove(id)
     }
 
     /// Ends every candidate (the server is going).
     pub fn clear<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>) {
-        for c in std::mem::take(&mut self.candidates) {
-            release(cx, &c, Some("server exiting"));
+        let ids: Vec<CmIdHandle> = self.candidates.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.remove(id) {
+                release(cx, &c, Some("server exiting"));
+            }
         }
+        self.running.clear();
     }
 }
 
 /// Destroys a candidate's QP, id and CQ, rejecting it first with `why` while its handshake
 /// runs. Teardown errors change nothing: the id is gone either way.
 fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
-    let (cm, dev) = cx.ep.inner_mut().host_mut().split();
     if let (Some(why), None) = (why, &c.established) {
+        // The REJ goes where the REP went, even if a flood of other sources evicted the
+        // learned route since.
+        let host = cx.ep.inner_mut().host_mut();
+        host.nic_mut().learn_peer_addr(Gid::from_ip(c.ip), c.peer);
+        let (cm, dev) = host.split();
         let _ = cm.reject(dev, cx.now, c.id, why.as_bytes());
     }
+    let (cm, dev) = cx.ep.inner_mut().host_mut().split();
     let _ = dev.destroy_qp(c.qp.handle);
     let _ = cm.detach_qp(c.id);
     let _ = cm.destroy_id(dev, cx.now, c.id);
     let _ = dev.destroy_cq(c.cq);
-    if c.peer.is_some() {
+    if c.held {
         cx.ep
             .inner_mut()
             .host_mut()

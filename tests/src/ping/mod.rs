@@ -39,7 +39,7 @@ use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use verbs_core::{Gid, Mtu};
+use verbs_core::Mtu;
 
 /// The largest `--size`, bytes (1 MiB).
 pub const MAX_SIZE: u32 = 1 << 20;
@@ -319,13 +319,7 @@ impl<N: PingNic> Server<N> {
             return Ok(None);
         };
         // The client's socket: the route the lobby held for it since its ESTABLISHED.
-        let peer = match c.peer {
-            Some(p) => p,
-            None => self
-                .node
-                .handle()
-                .with(|ep, _| ep.inner().host().nic().peer_addr(Gid::from_ip(c.ip))),
-        };
+        let peer = c.peer;
         // One client at a time: another on the same IP (a second process on one host) waits,
         // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
         self.node
