@@ -200,6 +200,41 @@ pub struct ConnParam {
     pub qp_num: u32,
 }
 
+/// A socket address argument (`struct sockaddr *`), passed as a zeroed `sockaddr_storage`
+/// with the family's struct at its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SockAddr {
+    /// `AF_INET` or `AF_INET6` (`sin6_flowinfo` and `sin6_scope_id` as given).
+    Ip(std::net::SocketAddr),
+    /// Another address family; the rest of the struct zero.
+    Family(u16),
+}
+
+impl SockAddr {
+    fn storage(&self) -> libc::sockaddr_storage {
+        let mut ss = super::convert::zeroed_storage();
+        let p: *mut libc::sockaddr_storage = &mut ss;
+        match *self {
+            SockAddr::Ip(std::net::SocketAddr::V4(a)) => {
+                // SAFETY: `sockaddr_storage` is larger than, and aligned for, `sockaddr_in`.
+                unsafe {
+                    p.cast::<libc::sockaddr_in>()
+                        .write(super::convert::sockaddr_in(a))
+                };
+            }
+            SockAddr::Ip(std::net::SocketAddr::V6(a)) => {
+                // SAFETY: as above, for `sockaddr_in6`.
+                unsafe {
+                    p.cast::<libc::sockaddr_in6>()
+                        .write(super::convert::sockaddr_in6(a))
+                };
+            }
+            SockAddr::Family(f) => ss.ss_family = f,
+        }
+        ss
+    }
+}
+
 /// A memory region's fields, as `ibv_reg_mr` filled them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MrInfo {
@@ -534,11 +569,8 @@ impl Calls {
             };
         }
         // SAFETY: a non-NULL list holds its device and a terminating NULL.
-        let dev = if null_device {
-            null_mut()
-        } else {
-            unsafe { *list }
-        };
+        let listed = unsafe { *list };
+        let dev = if null_device { null_mut() } else { listed };
         set_errno(0);
         // SAFETY: `dev` is the listed device or NULL (checked by the call).
         let ctx = unsafe { verbs::ibv_open_device(dev) };
@@ -869,8 +901,8 @@ impl Calls {
     }
 
     /// `ibv_poll_cq` through `cq->context->ops` with room for `num_entries` completions (NULL
-    /// `wc` when `null_wc`); the return value and the completions written. `None` above
-    /// [`MAX_POLL`].
+    /// `wc` when `null_wc`); the return value and the completions written. `None` when the
+    /// array would be longer than [`MAX_POLL`].
     pub fn poll_cq(
         &mut self,
         cq: Option<usize>,
@@ -878,7 +910,11 @@ impl Calls {
         null_wc: bool,
     ) -> Option<(c_int, Vec<ibv_wc>)> {
         let p = Self::opt(&self.cqs, cq)?;
-        let room = usize::try_from(num_entries).unwrap_or(0);
+        let room = if null_wc {
+            0
+        } else {
+            usize::try_from(num_entries).unwrap_or(0)
+        };
         if room > MAX_POLL {
             return None;
         }
@@ -1289,13 +1325,9 @@ impl Calls {
     }
 
     /// `rdma_bind_addr` (an id or NULL; an address or NULL).
-    pub fn bind_addr(
-        &mut self,
-        id: Option<usize>,
-        addr: Option<&libc::sockaddr_storage>,
-    ) -> Option<Ret> {
+    pub fn bind_addr(&mut self, id: Option<usize>, addr: Option<&SockAddr>) -> Option<Ret> {
         let p = self.id_ptr(id)?;
-        let mut a = addr.copied();
+        let mut a = addr.map(SockAddr::storage);
         let ap = a
             .as_mut()
             .map_or(null_mut(), |a| (a as *mut libc::sockaddr_storage).cast());
@@ -1309,13 +1341,13 @@ impl Calls {
     pub fn resolve_addr(
         &mut self,
         id: Option<usize>,
-        src: Option<&libc::sockaddr_storage>,
-        dst: Option<&libc::sockaddr_storage>,
+        src: Option<&SockAddr>,
+        dst: Option<&SockAddr>,
         timeout_ms: c_int,
     ) -> Option<Ret> {
         let p = self.id_ptr(id)?;
-        let mut s = src.copied();
-        let mut d = dst.copied();
+        let mut s = src.map(SockAddr::storage);
+        let mut d = dst.map(SockAddr::storage);
         let sp = s
             .as_mut()
             .map_or(null_mut(), |a| (a as *mut libc::sockaddr_storage).cast());

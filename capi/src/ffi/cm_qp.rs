@@ -25,8 +25,11 @@ pub unsafe extern "C" fn rdma_create_qp(
         // SAFETY: `id` is an id of this library; `qp_init_attr` is readable and writable
         // (rdma_create_qp(3): the granted caps are written back).
         let (b, attr) = unsafe { (idbox(id), &mut *qp_init_attr) };
-        if b.c.verbs.is_null() {
-            return fail(libc::EINVAL); // not bound to a device yet
+        // librdmacm `rdma_create_qp_ex`: an id has one QP, and a PD must be of the id's
+        // context. Checked before anything is made (CQs made for a second QP would replace
+        // the first's in the id and leak).
+        if b.c.verbs.is_null() || !b.c.qp.is_null() {
+            return fail(libc::EINVAL); // not bound to a device yet, or has a QP
         }
         let pd = if pd.is_null() {
             match cm_pd() {
@@ -34,6 +37,10 @@ pub unsafe extern "C" fn rdma_create_qp(
                 Err(e) => return fail(e),
             }
         } else {
+            // SAFETY: a non-NULL `pd` came from `ibv_alloc_pd` and is live.
+            if unsafe { (*pd).context } != b.c.verbs {
+                return fail(libc::EINVAL);
+            }
             pd
         };
         let mut a = *attr;

@@ -101,6 +101,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let (Ok(r), false) = (rt(), qp.is_null() || attr.is_null()) else {
             return libc::EINVAL;
         };
+        // Mask bits past IBV_QP_DEST_QPN are EOPNOTSUPP: libibverbs's `ibv_cmd_modify_qp`
+        // refuses IBV_QP_RATE_LIMIT and up (they need the extended command), the kernel the
+        // bits between (`IB_QP_ATTR_STANDARD_BITS`).
+        if attr_mask as u32 & !((IBV_QP_DEST_QPN as u32) << 1).wrapping_sub(1) != 0 {
+            return libc::EOPNOTSUPP;
+        }
         // SAFETY: `attr` is a readable `struct ibv_qp_attr` (ibv_modify_qp(3)).
         let (a, m) = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
             Ok(v) => v,

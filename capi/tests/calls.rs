@@ -1,0 +1,208 @@
+//! Argument checks of the C entry points, called in process through `rnic::calls` (the safe
+//! layer the fuzz target `capi_calls` drives): the cases the fuzzer found where librnic
+//! answered otherwise than rdma-core, each against what rdma-core does.
+//!
+//! One runtime for the test binary, in a closed world (every datagram dropped), as the fuzz
+//! target runs it.
+
+use rnic::abi::*;
+use rnic::calls::{self, Calls, Kind, MrAddr, QpInit, QpRef, SockAddr};
+use rnic::config::Config;
+use std::net::{Ipv4Addr, SocketAddr};
+use verbs_core::QpCap;
+
+const EINVAL: i32 = 22;
+const EOPNOTSUPP: i32 = 95;
+
+/// The tests take turns: they compare process-wide object counts.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn own_ip() -> Ipv4Addr {
+    let cfg = Config {
+        drop_rate: 1.0,
+        resolve_us: 0,
+        seed: Some(1),
+        ..Config::default()
+    };
+    let r = calls::start(cfg).expect("runtime");
+    match r.addr().ip() {
+        std::net::IpAddr::V4(ip) => ip,
+        std::net::IpAddr::V6(ip) => panic!("IPv6 runtime address {ip}"),
+    }
+}
+
+fn cap(wr: u32) -> QpCap {
+    QpCap {
+        max_send_wr: wr,
+        max_recv_wr: wr,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// A zeroed `ibv_qp_attr` with `qp_state`.
+fn attr(state: ibv_qp_state) -> ibv_qp_attr {
+    let gid = ibv_gid { raw: [0; 16] };
+    let ah = ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: gid,
+            flow_label: 0,
+            sgid_index: 0,
+            hop_limit: 0,
+            traffic_class: 0,
+        },
+        dlid: 0,
+        sl: 0,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: 0,
+        port_num: 0,
+    };
+    ibv_qp_attr {
+        qp_state: state,
+        cur_qp_state: 0,
+        path_mtu: 0,
+        path_mig_state: 0,
+        qkey: 0,
+        rq_psn: 0,
+        sq_psn: 0,
+        dest_qp_num: 0,
+        qp_access_flags: 0,
+        cap: ibv_qp_cap {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        },
+        ah_attr: ah,
+        alt_ah_attr: ah,
+        pkey_index: 0,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: 0,
+        sq_draining: 0,
+        max_rd_atomic: 0,
+        max_dest_rd_atomic: 0,
+        min_rnr_timer: 0,
+        port_num: 1,
+        timeout: 0,
+        retry_cnt: 0,
+        rnr_retry: 0,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    }
+}
+
+/// libibverbs's `ibv_cmd_modify_qp` refuses IBV_QP_RATE_LIMIT and up with EOPNOTSUPP, the
+/// kernel the bits between DEST_QPN and it (`IB_QP_ATTR_STANDARD_BITS`); librnic said EINVAL.
+#[test]
+fn modify_qp_mask_bits_past_dest_qpn_are_eopnotsupp() {
+    let _turn = serial();
+    own_ip();
+    let mut c = Calls::new();
+    let ctx = c.open_device(false).slot.expect("context");
+    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
+    let cq = c.create_cq(ctx, 4, None).and_then(|m| m.slot).expect("cq");
+    let init = QpInit {
+        send_cq: Some(cq),
+        recv_cq: Some(cq),
+        cap: cap(2),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    let qp = c
+        .create_qp(Some(pd), Some(&init))
+        .and_then(|m| m.slot)
+        .expect("qp");
+    let a = attr(IBV_QPS_INIT);
+    let to_init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    for extra in [IBV_QP_RATE_LIMIT, 1 << 21, 1 << 24, 1 << 30, i32::MIN] {
+        let r = c.modify_qp(Some(QpRef::Qp(qp)), Some(&a), to_init | extra);
+        assert_eq!(r.map(|r| r.rc), Some(EOPNOTSUPP), "mask bit {extra:#x}");
+    }
+    // The standard bits stay the transition table's: an extra CAP bit is EINVAL.
+    let r = c.modify_qp(Some(QpRef::Qp(qp)), Some(&a), to_init | IBV_QP_CAP);
+    assert_eq!(r.map(|r| r.rc), Some(EINVAL));
+    let r = c.modify_qp(Some(QpRef::Qp(qp)), Some(&a), to_init);
+    assert_eq!(r.map(|r| r.rc), Some(0));
+    assert!(c.teardown().is_empty());
+}
+
+/// The kernel's `ib_uverbs_reg_mr`: the iova must lie at the buffer's offset in its page;
+/// librnic registered any iova.
+#[test]
+fn reg_mr_iova_at_another_page_offset_is_einval() {
+    let _turn = serial();
+    own_ip();
+    let mut c = Calls::new();
+    let ctx = c.open_device(false).slot.expect("context");
+    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
+    let base = c.arena_addr();
+    assert_eq!(base % 4096, 0, "the arena is page aligned");
+    let m = c
+        .reg_mr(Some(pd), MrAddr::Arena(16), 100, Some(0x7000), 1)
+        .expect("called");
+    assert_eq!((m.slot, m.errno), (None, EINVAL));
+    // Same offset, another page: registered.
+    let m = c
+        .reg_mr(Some(pd), MrAddr::Arena(16), 100, Some(0x7010), 1)
+        .expect("called");
+    assert!(m.slot.is_some(), "{m:?}");
+    // NULL and zero length at an unaligned iova: no page offset in common, refused.
+    let m = c
+        .reg_mr(Some(pd), MrAddr::Null, 0, Some(0x10), 1)
+        .expect("called");
+    assert_eq!((m.slot, m.errno), (None, EINVAL));
+    assert!(c.teardown().is_empty());
+}
+
+/// librdmacm's `rdma_create_qp_ex`: an id with a QP refuses another (EINVAL), as does a PD of
+/// another context than `id->verbs`. librnic made the second QP's CQs first, leaking them
+/// (and the first QP's) when the CM then refused it, and took any PD.
+#[test]
+fn rdma_create_qp_twice_or_with_a_foreign_pd_is_einval_and_leaks_nothing() {
+    let _turn = serial();
+    let ip = own_ip();
+    let before = calls::counts().expect("runtime");
+    let mut c = Calls::new();
+    let id = c
+        .create_id(Some(0), RDMA_PS_TCP, false)
+        .and_then(|m| m.slot)
+        .expect("id");
+    let own = SockAddr::Ip(SocketAddr::new(ip.into(), 0));
+    assert_eq!(c.bind_addr(Some(id), Some(&own)).map(|r| r.rc), Some(0));
+    let init = QpInit {
+        send_cq: None,
+        recv_cq: None,
+        cap: cap(4),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    let ctx = c.open_device(false).slot.expect("context");
+    let foreign_pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
+    let r = c.rdma_create_qp(Some(id), Some(foreign_pd), Some(&init));
+    assert_eq!(
+        r.map(|r| (r.rc, r.errno)),
+        Some((-1, EINVAL)),
+        "PD of another context"
+    );
+    let cm_ctx = c.cm_context();
+    let pd = c.alloc_pd(cm_ctx).and_then(|m| m.slot).expect("pd");
+    let r = c.rdma_create_qp(Some(id), Some(pd), Some(&init));
+    assert_eq!(r.map(|r| r.rc), Some(0));
+    let made = calls::counts().expect("runtime");
+    let r = c.rdma_create_qp(Some(id), None, Some(&init));
+    assert_eq!(r.map(|r| (r.rc, r.errno)), Some((-1, EINVAL)), "second QP");
+    assert_eq!(calls::counts(), Some(made), "the refused call made nothing");
+    assert!(c.id_info(id).is_some_and(|i| i.has_qp));
+    c.rdma_destroy_qp(Some(id));
+    assert!(c.live(Kind::Id).contains(&id));
+    assert!(c.teardown().is_empty());
+    assert_eq!(calls::counts(), Some(before));
+}
