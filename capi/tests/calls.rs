@@ -206,3 +206,42 @@ fn rdma_create_qp_twice_or_with_a_foreign_pd_is_einval_and_leaks_nothing() {
     assert!(c.teardown().is_empty());
     assert_eq!(calls::counts(), Some(before));
 }
+
+/// librdmacm destroys the CQs it made for `rdma_create_qp` when the QP cannot be made
+/// (`ucma_destroy_cqs`); librnic kept them, set in the id, so they leaked.
+#[test]
+fn rdma_create_qp_that_fails_destroys_the_cqs_it_made() {
+    let _turn = serial();
+    let ip = own_ip();
+    let before = calls::counts().expect("runtime");
+    let mut c = Calls::new();
+    let id = c
+        .create_id(Some(1), RDMA_PS_TCP, false)
+        .and_then(|m| m.slot)
+        .expect("id");
+    let own = SockAddr::Ip(SocketAddr::new(ip.into(), 0));
+    assert_eq!(c.bind_addr(Some(id), Some(&own)).map(|r| r.rc), Some(0));
+    let mut init = QpInit {
+        send_cq: None,
+        recv_cq: None,
+        cap: cap(4),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    init.cap.max_send_sge = u32::MAX; // the QP is refused after its CQs were made
+    let cm_ctx = c.cm_context();
+    let pd = c.alloc_pd(cm_ctx).and_then(|m| m.slot).expect("pd");
+    let during = calls::counts();
+    let r = c.rdma_create_qp(Some(id), Some(pd), Some(&init));
+    assert_eq!(r.map(|r| (r.rc, r.errno)), Some((-1, EINVAL)));
+    assert_eq!(calls::counts(), during, "nothing left of the refused QP");
+    // The id takes a QP after that, and gives everything back.
+    init.cap.max_send_sge = 1;
+    assert_eq!(
+        c.rdma_create_qp(Some(id), Some(pd), Some(&init))
+            .map(|r| r.rc),
+        Some(0)
+    );
+    assert!(c.teardown().is_empty());
+    assert_eq!(calls::counts(), Some(before));
+}

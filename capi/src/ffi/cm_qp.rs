@@ -54,10 +54,14 @@ pub unsafe extern "C" fn rdma_create_qp(
             }
         }
         // Make the QP, then let the CM move it to INIT and own it (librdmacm
-        // `rdma_create_qp_ex` → `ucma_init_conn_qp`).
+        // `rdma_create_qp_ex` → `ucma_init_conn_qp`). On an error the CQs made for it go
+        // (librdmacm's `ucma_destroy_cqs`).
         let qp = match create_qp(pd, &a) {
             Ok(qp) => qp,
-            Err(e) => return fail(e),
+            Err(e) => {
+                destroy_id_cqs(b);
+                return fail(e);
+            }
         };
         // SAFETY: `qp` was just made by this library.
         let (qh, qpn) = unsafe { ((*qp).handle, (*qp).qp_num) };
@@ -77,6 +81,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         if let Err(e) = res {
             // SAFETY: `qp` is ours and unused.
             unsafe { super::qp::ibv_destroy_qp(qp) };
+            destroy_id_cqs(b);
             return fail(errno_of(&e));
         }
         // SAFETY: `qp` is live.
@@ -111,7 +116,17 @@ fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *m
         Ok((ch, cq))
     };
     let (rch, rcq) = make(a.cap.max_recv_wr)?;
-    let (sch, scq) = make(a.cap.max_send_wr)?;
+    let (sch, scq) = match make(a.cap.max_send_wr) {
+        Ok(p) => p,
+        Err(e) => {
+            // SAFETY: the receive pair was just made and nothing uses it.
+            unsafe {
+                super::cq::ibv_destroy_cq(rcq);
+                super::cq::ibv_destroy_comp_channel(rch);
+            }
+            return Err(e);
+        }
+    };
     b.c.recv_cq_channel = rch;
     b.c.recv_cq = rcq;
     b.c.send_cq_channel = sch;
@@ -172,19 +187,26 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
             unsafe { super::qp::ibv_destroy_qp(b.c.qp) };
             b.c.qp = null_mut();
         }
-        if b.own_cqs {
-            // SAFETY: the CQs and channels `rdma_create_qp` made for this id, now unused.
-            unsafe {
-                super::cq::ibv_destroy_cq(b.c.send_cq);
-                super::cq::ibv_destroy_cq(b.c.recv_cq);
-                super::cq::ibv_destroy_comp_channel(b.c.send_cq_channel);
-                super::cq::ibv_destroy_comp_channel(b.c.recv_cq_channel);
-            }
-            b.c.send_cq = null_mut();
-            b.c.recv_cq = null_mut();
-            b.c.send_cq_channel = null_mut();
-            b.c.recv_cq_channel = null_mut();
-            b.own_cqs = false;
-        }
+        destroy_id_cqs(b);
     })
+}
+
+/// Destroys the CQs and channels `rdma_create_qp` made for the id, if it made them (after its
+/// QP is gone, or when the QP could not be made).
+fn destroy_id_cqs(b: &mut IdBox) {
+    if !b.own_cqs {
+        return;
+    }
+    // SAFETY: the CQs and channels `create_id_cqs` made for this id; no QP uses them now.
+    unsafe {
+        super::cq::ibv_destroy_cq(b.c.send_cq);
+        super::cq::ibv_destroy_cq(b.c.recv_cq);
+        super::cq::ibv_destroy_comp_channel(b.c.send_cq_channel);
+        super::cq::ibv_destroy_comp_channel(b.c.recv_cq_channel);
+    }
+    b.c.send_cq = null_mut();
+    b.c.recv_cq = null_mut();
+    b.c.send_cq_channel = null_mut();
+    b.c.recv_cq_channel = null_mut();
+    b.own_cqs = false;
 }
