@@ -6,7 +6,7 @@
 //! target runs it.
 
 use rnic::abi::*;
-use rnic::calls::{self, Calls, Kind, MrAddr, QpInit, QpRef, SockAddr};
+use rnic::calls::{self, BadWr, Calls, Kind, MrAddr, QpInit, QpRef, RecvWr, SendWr, SockAddr};
 use rnic::config::Config;
 use std::net::{Ipv4Addr, SocketAddr};
 use verbs_core::QpCap;
@@ -244,4 +244,66 @@ fn rdma_create_qp_that_fails_destroys_the_cqs_it_made() {
     );
     assert!(c.teardown().is_empty());
     assert_eq!(calls::counts(), Some(before));
+}
+
+/// ibv_post_send(3)/ibv_post_recv(3): every WR before `*bad_wr` is posted. librnic read the
+/// whole list before posting any, so a WR it could not read (an unknown opcode, a negative
+/// `num_sge`) named itself in `*bad_wr` while the WRs before it were not posted either; and
+/// on a QP whose state refuses every post, it named that WR instead of the first.
+#[test]
+fn a_post_with_an_unreadable_wr_posts_the_ones_before_it() {
+    let _turn = serial();
+    own_ip();
+    let mut c = Calls::new();
+    let ctx = c.open_device(false).slot.expect("context");
+    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
+    let cq = c.create_cq(ctx, 16, None).and_then(|m| m.slot).expect("cq");
+    let init = QpInit {
+        send_cq: Some(cq),
+        recv_cq: Some(cq),
+        cap: cap(4),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 1,
+    };
+    let qp = c
+        .create_qp(Some(pd), Some(&init))
+        .and_then(|m| m.slot)
+        .expect("qp");
+    let q = Some(QpRef::Qp(qp));
+    let mut a = attr(IBV_QPS_INIT);
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+    let to_init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    assert_eq!(c.modify_qp(q, Some(&a), to_init).map(|r| r.rc), Some(0));
+    // In INIT no send is posted: the first WR is named, not the unreadable third.
+    let send = |wr_id, opcode| SendWr {
+        wr_id,
+        opcode,
+        ..SendWr::default()
+    };
+    let wrs = [send(1, IBV_WR_SEND), send(2, IBV_WR_SEND), send(3, 99)];
+    assert_eq!(c.post_send(q, &wrs, true), Some((EINVAL, BadWr::Index(0))));
+    // Receives: the first two are posted, the third (num_sge -1) is refused.
+    let recv = |wr_id, num_sge| RecvWr {
+        wr_id,
+        sg_list: Some(Vec::new()),
+        num_sge,
+    };
+    let wrs = [recv(10, 0), recv(11, 0), recv(12, -1), recv(13, 0)];
+    assert_eq!(c.post_recv(q, &wrs, true), Some((EINVAL, BadWr::Index(2))));
+    // To ERR: exactly the two posted receives are flushed.
+    assert_eq!(
+        c.modify_qp(q, Some(&attr(IBV_QPS_ERR)), IBV_QP_STATE)
+            .map(|r| r.rc),
+        Some(0)
+    );
+    let (n, wcs) = c.poll_cq(Some(cq), 8, false).expect("polled");
+    let flushed: Vec<(u64, u32)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        (n, flushed),
+        (
+            2,
+            vec![(10, IBV_WC_WR_FLUSH_ERR), (11, IBV_WC_WR_FLUSH_ERR)]
+        )
+    );
+    assert!(c.teardown().is_empty());
 }
