@@ -525,8 +525,13 @@ struct QpM {
     send_cq: Option<usize>,
     recv_cq: Option<usize>,
     qp_num: u32,
+    /// `sq_sig_all`.
+    sig_all: bool,
+    /// Posted and not completed.
     sq: BTreeSet<u64>,
     rq: BTreeSet<u64>,
+    /// The send WRs of `sq` that complete whatever happens (signaled), as every receive does.
+    sq_sig: BTreeSet<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1529,8 +1534,10 @@ impl Harness {
                     send_cq: sc,
                     recv_cq: rc,
                     qp_num: info.qp_num,
+                    sig_all: init.sq_sig_all != 0,
                     sq: BTreeSet::new(),
                     rq: BTreeSet::new(),
+                    sq_sig: BTreeSet::new(),
                 },
             );
         }
@@ -1673,6 +1680,7 @@ impl Harness {
                     Some(QpState::Reset) => {
                         q.sq.clear();
                         q.rq.clear();
+                        q.sq_sig.clear();
                         q.touched = false;
                     }
                     Some(QpState::Err) => q.touched = true,
@@ -1851,13 +1859,12 @@ impl Harness {
                 let mr =
                     (g.mr < 0xF8 && !mrs.is_empty()).then(|| mrs[usize::from(g.mr) % mrs.len()]);
                 let off = i64::from(g.off as i16);
-                let len = u32::from(g.len)
-                    * match g.key >> 6 {
-                        0 => 1,
-                        1 => 16,
-                        2 => 0x1_0000,
-                        _ => 0x2_0000,
-                    };
+                let len = u32::from(g.len).wrapping_mul(match g.key >> 6 {
+                    0 => 1,
+                    1 => 16,
+                    2 => 0x1_0000,
+                    _ => 0x2_0000,
+                });
                 let (addr, lkey) = match mr {
                     Some(m) => (
                         m.iova.wrapping_add_signed(off),
@@ -1875,7 +1882,7 @@ impl Harness {
                     addr >= m.iova
                         && addr
                             .checked_add(u64::from(len))
-                            .is_some_and(|e| e <= m.iova + m.len)
+                            .is_some_and(|e| m.iova.checked_add(m.len).is_some_and(|end| e <= end))
                 };
                 if len > 0 && !mrs.iter().any(within) {
                     inside = false;
@@ -1993,7 +2000,11 @@ impl Harness {
         let Some((rc, b)) = self.c.post_send(k.map(QpKey::r), &wrs, with_bad) else {
             return;
         };
-        let ids: Vec<u64> = wrs.iter().map(|w| w.wr_id).collect();
+        let sig_all = q.as_ref().is_some_and(|q| q.sig_all);
+        let ids: Vec<(u64, bool)> = wrs
+            .iter()
+            .map(|w| (w.wr_id, sig_all || w.send_flags & IBV_SEND_SIGNALED != 0))
+            .collect();
         self.post_result(
             "ibv_post_send",
             k,
@@ -2041,7 +2052,7 @@ impl Harness {
         let Some((rc, b)) = self.c.post_recv(k.map(QpKey::r), &wrs, with_bad) else {
             return;
         };
-        let ids: Vec<u64> = wrs.iter().map(|w| w.wr_id).collect();
+        let ids: Vec<(u64, bool)> = wrs.iter().map(|w| (w.wr_id, true)).collect();
         self.post_result(
             "ibv_post_recv",
             k,
@@ -2067,7 +2078,7 @@ impl Harness {
         bad: BadWr,
         with_bad: bool,
         verdicts: &[Want],
-        ids: &[u64],
+        ids: &[(u64, bool)],
         send: bool,
     ) {
         self.note(what, format!("{rc}, *bad_wr {bad:?}"));
@@ -2137,7 +2148,11 @@ impl Harness {
             if let Some(m) = self.qp_mut(k) {
                 m.touched = true;
                 let set = if send { &mut m.sq } else { &mut m.rq };
-                set.extend(&ids[..posted]);
+                set.extend(ids[..posted].iter().map(|&(id, _)| id));
+                if send {
+                    m.sq_sig
+                        .extend(ids[..posted].iter().filter(|x| x.1).map(|&(id, _)| id));
+                }
             }
             let cqs: Vec<usize> = [q.send_cq, q.recv_cq].into_iter().flatten().collect();
             for c in cqs {
@@ -2179,6 +2194,7 @@ impl Harness {
                 }
                 let (s_cq, r_cq) = (q.send_cq, q.recv_cq);
                 let in_sq = q.sq.remove(&wc.wr_id);
+                q.sq_sig.remove(&wc.wr_id);
                 let in_rq = !in_sq && q.rq.remove(&wc.wr_id);
                 if (in_sq && s_cq == Some(cq)) || (in_rq && r_cq == Some(cq)) {
                     found = true;
@@ -2622,8 +2638,10 @@ impl Harness {
                 send_cq: sc,
                 recv_cq: rc,
                 qp_num: info.qp_num,
+                sig_all: false,
                 sq: BTreeSet::new(),
                 rq: BTreeSet::new(),
+                sq_sig: BTreeSet::new(),
             });
         }
     }
@@ -2899,8 +2917,52 @@ impl Harness {
 
     // ---- the end ------------------------------------------------------------------------------
 
+    /// After every CQ was polled empty: a QP in ERR has flushed all it had, so every receive
+    /// and every signaled send it accepted has completed, unless one of its CQs may have
+    /// overrun (or is one `rdma_create_qp` made, which is not polled here).
+    fn check_flushed(&mut self) {
+        let keys: Vec<QpKey> = self
+            .qps
+            .keys()
+            .map(|&s| QpKey::Qp(s))
+            .chain(
+                self.ids
+                    .iter()
+                    .filter(|(_, i)| i.qp.is_some())
+                    .map(|(&s, _)| QpKey::Id(s)),
+            )
+            .collect();
+        for k in keys {
+            self.sync(k);
+            let Some(q) = self.qp(k) else { continue };
+            if q.state != Some(QpState::Err) {
+                continue;
+            }
+            let polled = |c: Option<usize>| {
+                c.and_then(|c| self.cqs.get(&c))
+                    .is_some_and(|&(_, cqe, posted)| posted <= u64::from(cqe))
+            };
+            let lost: Vec<u64> = (polled(q.send_cq).then(|| q.sq_sig.iter().copied()))
+                .into_iter()
+                .flatten()
+                .chain(
+                    (polled(q.recv_cq).then(|| q.rq.iter().copied()))
+                        .into_iter()
+                        .flatten(),
+                )
+                .collect();
+            if !lost.is_empty() {
+                self.fail(format!(
+                    "QP {k:?} is in ERR and its CQs are empty, but WRs {lost:?} it accepted never \
+                     completed"
+                ));
+            }
+        }
+    }
+
     fn finish(&mut self) {
         self.poll_all();
+        self.check_flushed();
         let failed = self.c.teardown();
         if !failed.is_empty() {
             self.fail(format!("teardown failed: {failed:?}"));
