@@ -6,7 +6,9 @@
 //! target runs it.
 
 use rnic::abi::*;
-use rnic::calls::{self, BadWr, Calls, Kind, MrAddr, QpInit, QpRef, RecvWr, SendWr, SockAddr};
+use rnic::calls::{
+    self, BadWr, Calls, ConnParam, Kind, MrAddr, QpInit, QpRef, RecvWr, SendWr, SockAddr,
+};
 use rnic::config::Config;
 use std::net::{Ipv4Addr, SocketAddr};
 use verbs_core::QpCap;
@@ -305,5 +307,48 @@ fn a_post_with_an_unreadable_wr_posts_the_ones_before_it() {
             vec![(10, IBV_WC_WR_FLUSH_ERR), (11, IBV_WC_WR_FLUSH_ERR)]
         )
     );
+    assert!(c.teardown().is_empty());
+}
+
+/// librdmacm's `ucma_valid_param`, run by `rdma_connect` and `rdma_accept` before anything
+/// else: an RDMA_PS_TCP id without a QP needs parameters, and responder resources or an
+/// initiator depth above the device's (other than 255, "the maximum") are EINVAL. librnic
+/// connected with defaults, and took any value.
+#[test]
+fn rdma_connect_checks_its_parameters_as_librdmacm() {
+    let _turn = serial();
+    let ip = own_ip();
+    let mut c = Calls::new();
+    let ctx = c.open_device(false).slot.expect("context");
+    let (_, dev) = c.query_device(ctx, false).expect("queried");
+    let max_rr = dev.expect("attributes").max_qp_rd_atom as u8;
+    let id = c
+        .create_id(Some(0), RDMA_PS_TCP, false)
+        .and_then(|m| m.slot)
+        .expect("id");
+    let peer = SockAddr::Ip(SocketAddr::new(ip.into(), 7471));
+    assert_eq!(
+        c.resolve_addr(Some(id), None, Some(&peer), 100)
+            .map(|r| r.rc),
+        Some(0)
+    );
+    assert_eq!(c.resolve_route(Some(id), 100).map(|r| r.rc), Some(0));
+    let einval = Some((-1, EINVAL));
+    let rc = |r: Option<calls::Ret>| r.map(|r| (r.rc, r.errno));
+    assert_eq!(
+        rc(c.connect(Some(id), None)),
+        einval,
+        "no QP, no parameters"
+    );
+    assert_eq!(rc(c.accept(Some(id), None)), einval);
+    let p = |rr: u8, depth: u8| ConnParam {
+        responder_resources: rr,
+        initiator_depth: depth,
+        ..ConnParam::default()
+    };
+    assert_eq!(rc(c.connect(Some(id), Some(&p(max_rr + 1, 1)))), einval);
+    assert_eq!(rc(c.connect(Some(id), Some(&p(1, max_rr + 1)))), einval);
+    // 255 is "the device's maximum"; within the limits the id connects.
+    assert_eq!(rc(c.connect(Some(id), Some(&p(255, 1)))), Some((0, 0)));
     assert!(c.teardown().is_empty());
 }
