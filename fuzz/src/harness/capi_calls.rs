@@ -1674,18 +1674,25 @@ impl Harness {
             } else {
                 Some(cur)
             };
+            // To RESET the queues empty without completions; those the device made before
+            // may still be in the CQ (retired: they may come once).
+            let mut dropped = None;
             if let Some(q) = self.qp_mut(k) {
                 q.state = next;
                 match next {
                     Some(QpState::Reset) => {
-                        q.sq.clear();
-                        q.rq.clear();
+                        let mut all = std::mem::take(&mut q.sq);
+                        all.append(&mut q.rq);
                         q.sq_sig.clear();
                         q.touched = false;
+                        dropped = Some((q.qp_num, all));
                     }
                     Some(QpState::Err) => q.touched = true,
                     _ => {}
                 }
+            }
+            if let Some((qpn, mut all)) = dropped {
+                self.retired.entry(qpn).or_default().append(&mut all);
             }
             if m & 1 != 0 {
                 let cached = self.c.qp_info(k.r()).map(|i| i.state);
