@@ -13,6 +13,7 @@ use rnic::config::Config;
 use std::net::{Ipv4Addr, SocketAddr};
 use verbs_core::QpCap;
 
+const ENOMEM: i32 = 12;
 const EINVAL: i32 = 22;
 const EOPNOTSUPP: i32 = 95;
 
@@ -230,10 +231,17 @@ fn rdma_create_qp_that_fails_destroys_the_cqs_it_made() {
         qp_type: IBV_QPT_RC,
         sq_sig_all: 0,
     };
-    init.cap.max_send_sge = u32::MAX; // the QP is refused after its CQs were made
+    // CQs it cannot make: ENOMEM, as librdmacm's `ucma_create_cqs` says (it was the CQ's
+    // EINVAL).
     let cm_ctx = c.cm_context();
     let pd = c.alloc_pd(cm_ctx).and_then(|m| m.slot).expect("pd");
     let during = calls::counts();
+    init.cap.max_send_wr = u32::MAX;
+    let r = c.rdma_create_qp(Some(id), Some(pd), Some(&init));
+    assert_eq!(r.map(|r| (r.rc, r.errno)), Some((-1, ENOMEM)));
+    assert_eq!(calls::counts(), during, "no CQ left");
+    init.cap.max_send_wr = 4;
+    init.cap.max_send_sge = u32::MAX; // the QP is refused after its CQs were made
     let r = c.rdma_create_qp(Some(id), Some(pd), Some(&init));
     assert_eq!(r.map(|r| (r.rc, r.errno)), Some((-1, EINVAL)));
     assert_eq!(calls::counts(), during, "nothing left of the refused QP");

@@ -50,7 +50,8 @@ pub unsafe extern "C" fn rdma_create_qp(
                     a.send_cq = s;
                     a.recv_cq = rc;
                 }
-                Err(e) => return fail(e),
+                // librdmacm's `ucma_create_cqs` reports any failure as ENOMEM.
+                Err(_) => return fail(libc::ENOMEM),
             }
         }
         // Make the QP, then let the CM move it to INIT and own it (librdmacm

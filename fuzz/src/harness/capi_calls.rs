@@ -2615,7 +2615,8 @@ impl Harness {
                         w.extend([0, EINVAL]);
                     }
                     if init.cap.max_send_wr > e.max_cqe || init.cap.max_recv_wr > e.max_cqe {
-                        w.push(ENOMEM);
+                        // Made before the QP: its failure is the answer.
+                        w = want(&[ENOMEM]);
                     }
                 }
                 w
