@@ -1787,7 +1787,6 @@ impl Harness {
             || (has(QpAttrMask::RNR_RETRY) && a.rnr_retry > 7)
             || (has(QpAttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31)
             || (has(QpAttrMask::DEST_QPN) && a.dest_qp_num > 0xFF_FFFF)
-            || (has(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags & !0x3FF != 0)
         {
             loose = true;
         }
