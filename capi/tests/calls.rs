@@ -5,6 +5,8 @@
 //! One runtime for the test binary, in a closed world (every datagram dropped), as the fuzz
 //! target runs it.
 
+#![allow(clippy::expect_used)] // test helpers outside #[test] functions
+
 use rnic::abi::*;
 use rnic::calls::{
     self, BadWr, Calls, ConnParam, Kind, MrAddr, QpInit, QpRef, RecvWr, SendWr, SockAddr,
