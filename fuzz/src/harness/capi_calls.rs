@@ -2133,20 +2133,31 @@ impl Harness {
             }
             ids.len()
         } else {
-            let j = match (bad, with_bad) {
-                (BadWr::Index(j), true) => j,
+            // The WR that failed: `*bad_wr`, or without it any that may have (the WRs
+            // between the first and the last candidate may have been posted).
+            let fits = |j: usize| allows(j, rc) && (0..j).all(|i| allows(i, 0));
+            let (j, maybe) = match (bad, with_bad) {
+                (BadWr::Index(j), true) => (j, j),
                 (b, true) => self.fail(format!("{what} returned {rc} with *bad_wr {b:?}")),
-                (_, false) => match (0..ids.len()).find(|&i| !allows(i, 0)) {
-                    Some(i) => i,
-                    None => (0..ids.len()).find(|&i| allows(i, rc)).unwrap_or(0),
-                },
+                (_, false) => {
+                    let first = (0..ids.len()).find(|&j| fits(j)).unwrap_or(ids.len());
+                    let last = (0..ids.len()).rev().find(|&j| fits(j)).unwrap_or(first);
+                    (first, last)
+                }
             };
-            if j >= ids.len() || !allows(j, rc) || (0..j).any(|i| !allows(i, 0)) {
+            if j >= ids.len() || !fits(j) {
                 self.fail(format!(
                     "{what} returned {rc} naming WR {j} of {}: verdicts {verdicts:?}, state \
                      {state:?}, {out} outstanding of {cap}",
                     ids.len()
                 ));
+            }
+            if maybe > j {
+                let qpn = q.qp_num;
+                self.retired
+                    .entry(qpn)
+                    .or_default()
+                    .extend(ids[j..maybe].iter().map(|&(id, _)| id));
             }
             j
         };
