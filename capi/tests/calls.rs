@@ -16,6 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use verbs_core::QpCap;
 
 const ENOMEM: i32 = 12;
+const EBUSY: i32 = 16;
 const EINVAL: i32 = 22;
 const EOPNOTSUPP: i32 = 95;
 
@@ -365,5 +366,59 @@ fn rdma_connect_checks_its_parameters_as_librdmacm() {
     assert_eq!(rc(c.connect(Some(id), Some(&p(1, max_rr + 1)))), einval);
     // 255 is "the device's maximum"; within the limits the id connects.
     assert_eq!(rc(c.connect(Some(id), Some(&p(255, 1)))), Some((0, 0)));
+    assert!(c.teardown().is_empty());
+}
+
+/// librdmacm's `rdma_create_qp` makes a CQ only for a direction the application gave none;
+/// librnic replaced both when one was NULL, so the application's CQ got no completions (and
+/// could be destroyed under the QP).
+#[test]
+fn rdma_create_qp_keeps_the_cq_it_was_given() {
+    let _turn = serial();
+    let ip = own_ip();
+    let mut c = Calls::new();
+    let id = c
+        .create_id(Some(0), RDMA_PS_TCP, false)
+        .and_then(|m| m.slot)
+        .expect("id");
+    let own = SockAddr::Ip(SocketAddr::new(ip.into(), 0));
+    assert_eq!(c.bind_addr(Some(id), Some(&own)).map(|r| r.rc), Some(0));
+    let cm_ctx = c.cm_context();
+    let cq = c
+        .create_cq(cm_ctx, 8, None)
+        .and_then(|m| m.slot)
+        .expect("cq");
+    let init = QpInit {
+        send_cq: None,
+        recv_cq: Some(cq),
+        cap: cap(4),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all: 0,
+    };
+    assert_eq!(
+        c.rdma_create_qp(Some(id), None, Some(&init)).map(|r| r.rc),
+        Some(0)
+    );
+    assert_eq!(
+        c.destroy_cq(Some(cq)).map(|r| r.rc),
+        Some(EBUSY),
+        "the QP's receive CQ"
+    );
+    // A receive, flushed when the QP goes to ERR, completes on it.
+    let wr = RecvWr {
+        wr_id: 7,
+        sg_list: Some(Vec::new()),
+        num_sge: 0,
+    };
+    assert_eq!(
+        c.post_recv(Some(QpRef::Id(id)), &[wr], true),
+        Some((0, BadWr::Untouched))
+    );
+    let to_err = c.modify_qp(Some(QpRef::Id(id)), Some(&attr(IBV_QPS_ERR)), IBV_QP_STATE);
+    assert_eq!(to_err.map(|r| r.rc), Some(0));
+    let (n, wcs) = c.poll_cq(Some(cq), 4, false).expect("polled");
+    assert_eq!((n, wcs.first().map(|w| w.wr_id)), (1, Some(7)));
+    c.rdma_destroy_qp(Some(id));
+    assert_eq!(c.destroy_cq(Some(cq)).map(|r| r.rc), Some(0));
     assert!(c.teardown().is_empty());
 }

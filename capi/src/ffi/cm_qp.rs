@@ -96,7 +96,8 @@ pub unsafe extern "C" fn rdma_create_qp(
 }
 
 /// The CQs (and their completion channels) librdmacm makes when `rdma_create_qp` is given
-/// none (`ucma_create_cqs`): one pair per direction, sized by the WR counts.
+/// none (`ucma_create_cqs`): one pair for each direction whose CQ is NULL, sized by its WR
+/// count; a CQ the application gave is the QP's. Returns the QP's (send, receive) CQs.
 fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *mut ibv_cq), i32> {
     let ctx = b.c.verbs;
     let make = |entries: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
@@ -116,24 +117,41 @@ fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *m
         }
         Ok((ch, cq))
     };
-    let (rch, rcq) = make(a.cap.max_recv_wr)?;
-    let (sch, scq) = match make(a.cap.max_send_wr) {
-        Ok(p) => p,
-        Err(e) => {
-            // SAFETY: the receive pair was just made and nothing uses it.
-            unsafe {
-                super::cq::ibv_destroy_cq(rcq);
-                super::cq::ibv_destroy_comp_channel(rch);
-            }
-            return Err(e);
-        }
+    let recv = if a.recv_cq.is_null() {
+        Some(make(a.cap.max_recv_wr)?)
+    } else {
+        None
     };
-    b.c.recv_cq_channel = rch;
-    b.c.recv_cq = rcq;
-    b.c.send_cq_channel = sch;
-    b.c.send_cq = scq;
+    let send = if a.send_cq.is_null() {
+        match make(a.cap.max_send_wr) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if let Some((rch, rcq)) = recv {
+                    // SAFETY: the receive pair was just made and nothing uses it.
+                    unsafe {
+                        super::cq::ibv_destroy_cq(rcq);
+                        super::cq::ibv_destroy_comp_channel(rch);
+                    }
+                }
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    if let Some((rch, rcq)) = recv {
+        b.c.recv_cq_channel = rch;
+        b.c.recv_cq = rcq;
+    }
+    if let Some((sch, scq)) = send {
+        b.c.send_cq_channel = sch;
+        b.c.send_cq = scq;
+    }
     b.own_cqs = true;
-    Ok((scq, rcq))
+    Ok((
+        send.map_or(a.send_cq, |p| p.1),
+        recv.map_or(a.recv_cq, |p| p.1),
+    ))
 }
 
 #[no_mangle]
@@ -198,12 +216,17 @@ fn destroy_id_cqs(b: &mut IdBox) {
     if !b.own_cqs {
         return;
     }
-    // SAFETY: the CQs and channels `create_id_cqs` made for this id; no QP uses them now.
-    unsafe {
-        super::cq::ibv_destroy_cq(b.c.send_cq);
-        super::cq::ibv_destroy_cq(b.c.recv_cq);
-        super::cq::ibv_destroy_comp_channel(b.c.send_cq_channel);
-        super::cq::ibv_destroy_comp_channel(b.c.recv_cq_channel);
+    for (cq, ch) in [
+        (b.c.send_cq, b.c.send_cq_channel),
+        (b.c.recv_cq, b.c.recv_cq_channel),
+    ] {
+        if !cq.is_null() {
+            // SAFETY: a CQ and channel `create_id_cqs` made for this id; no QP uses them now.
+            unsafe {
+                super::cq::ibv_destroy_cq(cq);
+                super::cq::ibv_destroy_comp_channel(ch);
+            }
+        }
     }
     b.c.send_cq = null_mut();
     b.c.recv_cq = null_mut();
