@@ -2618,16 +2618,15 @@ impl Harness {
                     w.push(EINVAL);
                 }
                 let e = self.env;
-                if sc.is_none() || rc.is_none() {
-                    // librdmacm makes a CQ for a NULL one only when its queue has WRs, and
-                    // reports a CQ it could not make as ENOMEM.
-                    if init.cap.max_send_wr == 0 || init.cap.max_recv_wr == 0 {
-                        w.extend([0, EINVAL]);
-                    }
-                    if init.cap.max_send_wr > e.max_cqe || init.cap.max_recv_wr > e.max_cqe {
-                        // Made before the QP: its failure is the answer.
-                        w = want(&[ENOMEM]);
-                    }
+                // librdmacm makes a CQ for each NULL one, before the QP, sized by its queue
+                // (none for an empty queue, then the QP is refused), and reports one it could
+                // not make as ENOMEM.
+                let made = [(sc, init.cap.max_send_wr), (rc, init.cap.max_recv_wr)];
+                let made = made.iter().filter(|(cq, _)| cq.is_none());
+                if made.clone().any(|&(_, n)| n > e.max_cqe) {
+                    w = want(&[ENOMEM]);
+                } else if made.clone().any(|&(_, n)| n == 0) {
+                    w.extend([0, EINVAL]);
                 }
                 w
             }
