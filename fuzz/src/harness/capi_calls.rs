@@ -2802,9 +2802,16 @@ impl Harness {
 
     fn disconnect(&mut self, id: u8) {
         let s = self.pick(Kind::Id, id);
+        if let Some(s) = s.filter(|s| self.ids.get(s).is_some_and(|i| i.qp.is_some())) {
+            self.sync(QpKey::Id(s));
+        }
         let i = s.and_then(|s| self.ids.get(&s)).cloned();
+        let qp_state = i.as_ref().and_then(|i| i.qp.as_ref()).map(|q| q.state);
         let w = match &i {
             None => want(&[EINVAL]),
+            // librdmacm's `ucma_shutdown` moves the QP to ERR first and returns its error: a
+            // QP in RESET cannot go to ERR.
+            Some(_) if qp_state == Some(Some(QpState::Reset)) => want(&[EINVAL]),
             Some(i) if i.state == Cm::Unknown => want(&[0, EINVAL]),
             Some(i) if i.bound && i.cm_id => want(&[0]),
             Some(_) => want(&[EINVAL]),
