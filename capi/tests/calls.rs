@@ -326,12 +326,13 @@ fn a_post_with_an_unreadable_wr_posts_the_ones_before_it() {
     assert!(c.teardown().is_empty());
 }
 
-/// librdmacm's `ucma_valid_param`, run by `rdma_connect` and `rdma_accept` before anything
-/// else: an RDMA_PS_TCP id without a QP needs parameters, and responder resources or an
-/// initiator depth above the device's (other than 255, "the maximum") are EINVAL. librnic
-/// connected with defaults, and took any value.
+/// librdmacm's `ucma_addrlen` in `rdma_resolve_addr`: a given source address of no family it
+/// knows is EINVAL (librnic ignored it). Its `ucma_valid_param`, run by `rdma_connect` and
+/// `rdma_accept` before anything else: an RDMA_PS_TCP id without a QP needs parameters, and
+/// responder resources or an initiator depth above the device's (other than 255, "the
+/// maximum") are EINVAL (librnic connected with defaults, and took any value).
 #[test]
-fn rdma_connect_checks_its_parameters_as_librdmacm() {
+fn rdma_resolve_addr_and_rdma_connect_check_their_arguments_as_librdmacm() {
     let _turn = serial();
     let ip = own_ip();
     let mut c = Calls::new();
@@ -343,6 +344,9 @@ fn rdma_connect_checks_its_parameters_as_librdmacm() {
         .and_then(|m| m.slot)
         .expect("id");
     let peer = SockAddr::Ip(SocketAddr::new(ip.into(), 7471));
+    // A source address of no family librdmacm knows: EINVAL (it was ignored).
+    let r = c.resolve_addr(Some(id), Some(&SockAddr::Family(0)), Some(&peer), 100);
+    assert_eq!(r.map(|r| (r.rc, r.errno)), Some((-1, EINVAL)));
     assert_eq!(
         c.resolve_addr(Some(id), None, Some(&peer), 100)
             .map(|r| r.rc),

@@ -229,7 +229,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     guard("rdma_resolve_addr", -1, || {
         // SAFETY: NULL or readable socket addresses (rdma_resolve_addr(3)).
         let (src, dst) = unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) };
-        let Some(dst) = dst else {
+        // librdmacm (`ucma_addrlen`): a destination, or a given source, of no family it
+        // resolves is EINVAL.
+        let (Some(dst), false) = (dst, !src_addr.is_null() && src.is_none()) else {
             return fail(libc::EINVAL);
         };
         // SAFETY: `id` is an id of this library.

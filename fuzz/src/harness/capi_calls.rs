@@ -2526,8 +2526,9 @@ impl Harness {
         let w = if dnull || !dip || i.is_none() {
             want(&[EINVAL])
         } else if !snull && !sip {
-            // librdmacm: a source of no known family is EINVAL; librnic ignores it.
-            want(&[0, EINVAL])
+            // librdmacm: a source of no family it knows is EINVAL (AF_IB it knows; librnic
+            // does not).
+            want(&[EINVAL])
         } else {
             let i = i.as_ref().map_or(Cm::Idle, |i| i.state);
             match i {
