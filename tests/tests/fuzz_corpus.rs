@@ -535,3 +535,49 @@ fn regenerate_capi_calls_corpus() {
     write_capi_calls_corpus();
     replay("capi_calls");
 }
+
+/// `capi_calls` keeps no state across inputs: replays up to 1 500 inputs of `$RNIC_FUZZ_DIR`
+/// (default `fuzz/corpus/capi_calls`; point it at a fuzzing run's scratch directory) 8 times
+/// in this process and prints the resident size after each pass, which must not grow by more
+/// than 1 MiB from the second pass to the last (the first pass warms up caches and the
+/// runtime). Each input also checks the library's object counts itself.
+#[test]
+#[ignore = "a measurement: run on a corpus of a fuzzing run"]
+#[allow(clippy::unwrap_used)]
+fn capi_calls_does_not_grow() {
+    let dir = std::env::var_os("RNIC_FUZZ_DIR").map_or_else(
+        || fuzz_dir().join("corpus").join("capi_calls"),
+        PathBuf::from,
+    );
+    let inputs: Vec<Vec<u8>> = files(&dir)
+        .iter()
+        .take(1500)
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+    let mut after = Vec::new();
+    for pass in 0..8 {
+        for data in &inputs {
+            harness::capi_calls::run(data);
+        }
+        after.push(rss());
+        println!(
+            "pass {pass}: {} inputs, VmRSS {} kB",
+            inputs.len(),
+            after[pass]
+        );
+    }
+    assert!(
+        after[7] <= after[1] + 1024,
+        "resident size grew from {} kB to {} kB",
+        after[1],
+        after[7]
+    );
+}

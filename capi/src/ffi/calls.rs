@@ -734,6 +734,10 @@ impl Calls {
             None => null_mut(),
             Some(s) => self.ctxs.get(s)?.p,
         };
+        if !c.is_null() {
+            // SAFETY: a live context of this library (plain field).
+            nonblocking(unsafe { (*c).async_fd });
+        }
         let mut ev = ibv_async_event {
             element: ibv_async_event_element { port_num: 0 },
             event_type: 0,
@@ -741,7 +745,7 @@ impl Calls {
         let ep: *mut ibv_async_event = if null_event { null_mut() } else { &mut ev };
         set_errno(0);
         // SAFETY: NULL or a live context; `ep` NULL (checked) or writable. The async
-        // descriptors are non-blocking (`open_device`), so this returns.
+        // descriptors are non-blocking (above, and `open_device`), so this returns.
         let r = ret(unsafe { super::async_event::ibv_get_async_event(c, ep) });
         if r.rc == 0 && !null_event {
             // SAFETY: the event just written.
