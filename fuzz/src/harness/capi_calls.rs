@@ -1379,15 +1379,12 @@ impl Harness {
         // REMOTE_WRITE/ATOMIC without LOCAL_WRITE), `ib_uverbs_reg_mr` (the iova's offset in
         // its page is the address's), `ib_umem_get` (a range of no page, a NULL buffer).
         let supported = 0x0000_03FF | 0x3FF0_0000;
-        let mut w = if s.is_none() {
-            want(&[EINVAL])
-        } else if bits & !supported != 0 {
-            want(&[EINVAL])
-        } else if bits & 0b1010 != 0 && bits & 1 == 0 {
-            want(&[EINVAL])
-        } else if the_iova & 0xFFF != page_off {
-            want(&[EINVAL])
-        } else if len64 == 0 && addr_val & 0xFFF == 0 {
+        let refused = s.is_none()
+            || bits & !supported != 0
+            || (bits & 0b1010 != 0 && bits & 1 == 0)
+            || the_iova & 0xFFF != page_off
+            || (len64 == 0 && addr_val & 0xFFF == 0);
+        let mut w = if refused {
             want(&[EINVAL])
         } else if addr == MrAddr::Null && len > 0 {
             // The kernel cannot pin page 0: EFAULT; librnic refuses NULL first.
@@ -1805,7 +1802,7 @@ impl Harness {
             self.sync(k);
         }
         let null_attr = null % 8 == 7;
-        let Some((r, a, cap)) = self.c.query_qp(k.map(QpKey::r), null_attr, null % 2 == 0) else {
+        let Some((r, a, cap)) = self.c.query_qp(k.map(QpKey::r), null_attr, null.is_multiple_of(2)) else {
             return;
         };
         let q = k.and_then(|k| self.qp(k)).cloned();
@@ -1983,11 +1980,12 @@ impl Harness {
                 } else {
                     want(&[EINVAL])
                 }
-            } else if n < 0 || (null_list && n > 0) || n as u32 > q.cap.max_send_sge {
-                want(&[EINVAL])
-            } else if atomic && (total < 8 || raddr & 7 != 0) {
-                want(&[EINVAL])
-            } else if inline && total > u64::from(q.cap.max_inline_data) {
+            } else if n < 0
+                || (null_list && n > 0)
+                || n as u32 > q.cap.max_send_sge
+                || (atomic && (total < 8 || raddr % 8 != 0))
+                || (inline && total > u64::from(q.cap.max_inline_data))
+            {
                 want(&[EINVAL])
             } else if total > 1 << 31
                 || (atomic && total != 8)
@@ -2002,7 +2000,7 @@ impl Harness {
             };
             verdicts.push(v);
         }
-        let with_bad = bad % 2 == 0;
+        let with_bad = bad.is_multiple_of(2);
         let Some((rc, b)) = self.c.post_send(k.map(QpKey::r), &wrs, with_bad) else {
             return;
         };
@@ -2054,7 +2052,7 @@ impl Harness {
             };
             verdicts.push(v);
         }
-        let with_bad = bad % 2 == 0;
+        let with_bad = bad.is_multiple_of(2);
         let Some((rc, b)) = self.c.post_recv(k.map(QpKey::r), &wrs, with_bad) else {
             return;
         };
