@@ -1802,7 +1802,10 @@ impl Harness {
             self.sync(k);
         }
         let null_attr = null % 8 == 7;
-        let Some((r, a, cap)) = self.c.query_qp(k.map(QpKey::r), null_attr, null.is_multiple_of(2)) else {
+        let Some((r, a, cap)) = self
+            .c
+            .query_qp(k.map(QpKey::r), null_attr, null.is_multiple_of(2))
+        else {
             return;
         };
         let q = k.and_then(|k| self.qp(k)).cloned();
