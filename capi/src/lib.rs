@@ -8,10 +8,13 @@
 //! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64, checked by
 //! `tests/layout.rs`), `ffi` (the `extern "C"` entry points: the only module with `unsafe`),
 //! `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
-//! [`config`] (the environment).
+//! [`config`] (the environment), [`calls`] (the C entry points called from safe Rust, in
+//! process: the fuzz target `capi_calls`; its `unsafe` is in `ffi`).
 
 pub mod abi;
 pub mod config;
 #[allow(unsafe_code)] // the one module that may: see its docs
 mod ffi;
 pub mod runtime;
+
+pub use ffi::calls;

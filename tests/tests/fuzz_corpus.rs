@@ -7,7 +7,8 @@
 //! `regenerate_corpus` (ignored) rebuilds the seed corpora from real captures: the pcaps in
 //! `$RNIC_FUZZ_PCAPS` (what `fuzz/gen-corpus.sh` writes with `rnic replay --pcap` and
 //! `rnic ping --pcap`), or, without that variable, the captures of `rnic replay --seed N` for
-//! a few seeds, made in-process. See `fuzz/README.md`.
+//! a few seeds, made in-process; `capi_calls`'s seeds are call sequences its harness writes
+//! (`capi_calls::seeds`). See `fuzz/README.md`.
 
 #[path = "../../fuzz/src/harness/mod.rs"]
 mod harness;
@@ -93,6 +94,13 @@ fn cm_engine_corpus_and_artifacts() {
 #[test]
 fn rc_responder_corpus_and_artifacts() {
     replay("rc_responder");
+}
+
+/// Runs librnic's runtime in this process (one UDP socket on a free 127.0.0.x, every datagram
+/// dropped): the harness starts it with its own configuration, not the environment's.
+#[test]
+fn capi_calls_corpus_and_artifacts() {
+    replay("capi_calls");
 }
 
 // ---- corpus generation ----------------------------------------------------------------------
@@ -500,8 +508,76 @@ fn regenerate_corpus() {
     }
     write_corpus("rc_responder", &rc_files);
 
+    write_capi_calls_corpus();
+
     // Every new seed passes.
     for t in harness::TARGETS {
         replay(t);
     }
+}
+
+/// `capi_calls`: call sequences written in the harness (`capi_calls::seeds`: a good and a bad
+/// one each for verbs and rdma_cm, and UD). API calls are not on any wire: there is nothing to
+/// capture.
+fn write_capi_calls_corpus() {
+    let capi: Vec<(String, Vec<u8>)> = harness::capi_calls::seeds()
+        .into_iter()
+        .map(|(n, b)| (n.to_string(), b))
+        .collect();
+    write_corpus("capi_calls", &capi);
+}
+
+/// Rewrites `fuzz/corpus/capi_calls/` alone (`regenerate_corpus` does it too, with the
+/// others), then replays it.
+#[test]
+#[ignore = "rewrites fuzz/corpus/capi_calls"]
+fn regenerate_capi_calls_corpus() {
+    write_capi_calls_corpus();
+    replay("capi_calls");
+}
+
+/// `capi_calls` keeps no state across inputs: replays up to 1 500 inputs of `$RNIC_FUZZ_DIR`
+/// (default `fuzz/corpus/capi_calls`; point it at a fuzzing run's scratch directory) 8 times
+/// in this process and prints the resident size after each pass, which must not grow by more
+/// than 1 MiB from the second pass to the last (the first pass warms up caches and the
+/// runtime). Each input also checks the library's object counts itself.
+#[test]
+#[ignore = "a measurement: run on a corpus of a fuzzing run"]
+#[allow(clippy::unwrap_used)]
+fn capi_calls_does_not_grow() {
+    let dir = std::env::var_os("RNIC_FUZZ_DIR").map_or_else(
+        || fuzz_dir().join("corpus").join("capi_calls"),
+        PathBuf::from,
+    );
+    let inputs: Vec<Vec<u8>> = files(&dir)
+        .iter()
+        .take(1500)
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+    let mut after = Vec::new();
+    for pass in 0..8 {
+        for data in &inputs {
+            harness::capi_calls::run(data);
+        }
+        after.push(rss());
+        println!(
+            "pass {pass}: {} inputs, VmRSS {} kB",
+            inputs.len(),
+            after[pass]
+        );
+    }
+    assert!(
+        after[7] <= after[1] + 1024,
+        "resident size grew from {} kB to {} kB",
+        after[1],
+        after[7]
+    );
 }

@@ -229,7 +229,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     guard("rdma_resolve_addr", -1, || {
         // SAFETY: NULL or readable socket addresses (rdma_resolve_addr(3)).
         let (src, dst) = unsafe { (sockaddr_from_c(src_addr), sockaddr_from_c(dst_addr)) };
-        let Some(dst) = dst else {
+        // librdmacm (`ucma_addrlen`): a destination, or a given source, of no family it
+        // resolves is EINVAL.
+        let (Some(dst), false) = (dst, !src_addr.is_null() && src.is_none()) else {
             return fail(libc::EINVAL);
         };
         // SAFETY: `id` is an id of this library.
@@ -295,9 +297,48 @@ unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> ConnPara
     }
 }
 
+/// librdmacm's `ucma_valid_param`, which `rdma_connect` and `rdma_accept` run first: on an
+/// `RDMA_PS_TCP` id, parameters are required unless the id has a QP, and their responder
+/// resources and initiator depth must be within the device's (or `RDMA_MAX_RESP_RES` /
+/// `RDMA_MAX_INIT_DEPTH`, 255: "the device's maximum"). EINVAL otherwise.
+///
+/// # Safety
+/// `id` is NULL or an id of this library; `p` is NULL or a readable parameter block.
+unsafe fn valid_param(id: *mut rdma_cm_id, p: *const rdma_conn_param) -> Result<(), i32> {
+    const MAX: u8 = 0xFF;
+    // SAFETY: the caller's contract.
+    let Some(c) = (unsafe { id.as_ref() }) else {
+        return Ok(()); // the call itself refuses a NULL id
+    };
+    if c.ps != RDMA_PS_TCP {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return if c.qp.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            Ok(())
+        };
+    };
+    let r = rt()?;
+    let d = r.with_quiet(|n, _| verbs_core::Device::query_device(n.device()));
+    let over = |v: u8, max: u32| v != MAX && u32::from(v) > max;
+    if over(p.responder_resources, d.max_qp_rd_atom)
+        || over(p.initiator_depth, d.max_qp_init_rd_atom)
+    {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard("rdma_connect", -1, || {
+        // SAFETY: `id` is NULL or an id of this library, `param` NULL or readable.
+        if let Err(e) = unsafe { valid_param(id, param) } {
+            return fail(e);
+        }
         // SAFETY: NULL or a readable parameter block (rdma_connect(3)).
         let p = unsafe { conn_param(param, ConnParam::rping_defaults()) };
         // SAFETY: `id` is an id of this library.
@@ -338,6 +379,10 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     guard("rdma_accept", -1, || {
         if id.is_null() {
             return fail(libc::EINVAL);
+        }
+        // SAFETY: `id` is an id of this library, `param` NULL or readable.
+        if let Err(e) = unsafe { valid_param(id, param) } {
+            return fail(e);
         }
         // SAFETY: `id` is an id of this library.
         let (rr, id_) = unsafe { idbox(id).req_resources };

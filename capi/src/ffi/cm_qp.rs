@@ -25,8 +25,11 @@ pub unsafe extern "C" fn rdma_create_qp(
         // SAFETY: `id` is an id of this library; `qp_init_attr` is readable and writable
         // (rdma_create_qp(3): the granted caps are written back).
         let (b, attr) = unsafe { (idbox(id), &mut *qp_init_attr) };
-        if b.c.verbs.is_null() {
-            return fail(libc::EINVAL); // not bound to a device yet
+        // librdmacm `rdma_create_qp_ex`: an id has one QP, and a PD must be of the id's
+        // context. Checked before anything is made (CQs made for a second QP would replace
+        // the first's in the id and leak).
+        if b.c.verbs.is_null() || !b.c.qp.is_null() {
+            return fail(libc::EINVAL); // not bound to a device yet, or has a QP
         }
         let pd = if pd.is_null() {
             match cm_pd() {
@@ -34,6 +37,10 @@ pub unsafe extern "C" fn rdma_create_qp(
                 Err(e) => return fail(e),
             }
         } else {
+            // SAFETY: a non-NULL `pd` came from `ibv_alloc_pd` and is live.
+            if unsafe { (*pd).context } != b.c.verbs {
+                return fail(libc::EINVAL);
+            }
             pd
         };
         let mut a = *attr;
@@ -43,14 +50,19 @@ pub unsafe extern "C" fn rdma_create_qp(
                     a.send_cq = s;
                     a.recv_cq = rc;
                 }
-                Err(e) => return fail(e),
+                // librdmacm's `ucma_create_cqs` reports any failure as ENOMEM.
+                Err(_) => return fail(libc::ENOMEM),
             }
         }
         // Make the QP, then let the CM move it to INIT and own it (librdmacm
-        // `rdma_create_qp_ex` → `ucma_init_conn_qp`).
+        // `rdma_create_qp_ex` → `ucma_init_conn_qp`). On an error the CQs made for it go
+        // (librdmacm's `ucma_destroy_cqs`).
         let qp = match create_qp(pd, &a) {
             Ok(qp) => qp,
-            Err(e) => return fail(e),
+            Err(e) => {
+                destroy_id_cqs(b);
+                return fail(e);
+            }
         };
         // SAFETY: `qp` was just made by this library.
         let (qh, qpn) = unsafe { ((*qp).handle, (*qp).qp_num) };
@@ -70,6 +82,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         if let Err(e) = res {
             // SAFETY: `qp` is ours and unused.
             unsafe { super::qp::ibv_destroy_qp(qp) };
+            destroy_id_cqs(b);
             return fail(errno_of(&e));
         }
         // SAFETY: `qp` is live.
@@ -83,7 +96,8 @@ pub unsafe extern "C" fn rdma_create_qp(
 }
 
 /// The CQs (and their completion channels) librdmacm makes when `rdma_create_qp` is given
-/// none (`ucma_create_cqs`): one pair per direction, sized by the WR counts.
+/// none (`ucma_create_cqs`): one pair for each direction whose CQ is NULL, sized by its WR
+/// count; a CQ the application gave is the QP's. Returns the QP's (send, receive) CQs.
 fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *mut ibv_cq), i32> {
     let ctx = b.c.verbs;
     let make = |entries: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
@@ -103,14 +117,41 @@ fn create_id_cqs(b: &mut IdBox, a: &ibv_qp_init_attr) -> Result<(*mut ibv_cq, *m
         }
         Ok((ch, cq))
     };
-    let (rch, rcq) = make(a.cap.max_recv_wr)?;
-    let (sch, scq) = make(a.cap.max_send_wr)?;
-    b.c.recv_cq_channel = rch;
-    b.c.recv_cq = rcq;
-    b.c.send_cq_channel = sch;
-    b.c.send_cq = scq;
+    let recv = if a.recv_cq.is_null() {
+        Some(make(a.cap.max_recv_wr)?)
+    } else {
+        None
+    };
+    let send = if a.send_cq.is_null() {
+        match make(a.cap.max_send_wr) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if let Some((rch, rcq)) = recv {
+                    // SAFETY: the receive pair was just made and nothing uses it.
+                    unsafe {
+                        super::cq::ibv_destroy_cq(rcq);
+                        super::cq::ibv_destroy_comp_channel(rch);
+                    }
+                }
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    if let Some((rch, rcq)) = recv {
+        b.c.recv_cq_channel = rch;
+        b.c.recv_cq = rcq;
+    }
+    if let Some((sch, scq)) = send {
+        b.c.send_cq_channel = sch;
+        b.c.send_cq = scq;
+    }
     b.own_cqs = true;
-    Ok((scq, rcq))
+    Ok((
+        send.map_or(a.send_cq, |p| p.1),
+        recv.map_or(a.recv_cq, |p| p.1),
+    ))
 }
 
 #[no_mangle]
@@ -165,19 +206,31 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
             unsafe { super::qp::ibv_destroy_qp(b.c.qp) };
             b.c.qp = null_mut();
         }
-        if b.own_cqs {
-            // SAFETY: the CQs and channels `rdma_create_qp` made for this id, now unused.
-            unsafe {
-                super::cq::ibv_destroy_cq(b.c.send_cq);
-                super::cq::ibv_destroy_cq(b.c.recv_cq);
-                super::cq::ibv_destroy_comp_channel(b.c.send_cq_channel);
-                super::cq::ibv_destroy_comp_channel(b.c.recv_cq_channel);
-            }
-            b.c.send_cq = null_mut();
-            b.c.recv_cq = null_mut();
-            b.c.send_cq_channel = null_mut();
-            b.c.recv_cq_channel = null_mut();
-            b.own_cqs = false;
-        }
+        destroy_id_cqs(b);
     })
+}
+
+/// Destroys the CQs and channels `rdma_create_qp` made for the id, if it made them (after its
+/// QP is gone, or when the QP could not be made).
+fn destroy_id_cqs(b: &mut IdBox) {
+    if !b.own_cqs {
+        return;
+    }
+    for (cq, ch) in [
+        (b.c.send_cq, b.c.send_cq_channel),
+        (b.c.recv_cq, b.c.recv_cq_channel),
+    ] {
+        if !cq.is_null() {
+            // SAFETY: a CQ and channel `create_id_cqs` made for this id; no QP uses them now.
+            unsafe {
+                super::cq::ibv_destroy_cq(cq);
+                super::cq::ibv_destroy_comp_channel(ch);
+            }
+        }
+    }
+    b.c.send_cq = null_mut();
+    b.c.recv_cq = null_mut();
+    b.c.send_cq_channel = null_mut();
+    b.c.recv_cq_channel = null_mut();
+    b.own_cqs = false;
 }

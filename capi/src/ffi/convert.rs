@@ -87,12 +87,11 @@ pub fn ah_to_c(a: &AhAttr) -> ibv_ah_attr {
     }
 }
 
-/// `ibv_access_flags` of `ibv_modify_qp` as [`AccessFlags`].
-///
-/// # Errors
-/// `EINVAL` for a bit `verbs-core` does not know.
-pub fn access_from_c(bits: u32) -> Result<AccessFlags, Error> {
-    AccessFlags::from_bits(bits).ok_or_else(|| inval("unknown ibv_access_flags bit"))
+/// `ibv_access_flags` of `ibv_modify_qp` as [`AccessFlags`]: the bits `verbs-core` knows;
+/// the others are dropped, as providers do (rxe stores the word, mlx5 reads its remote-access
+/// bits): no access bit makes a modify fail in rdma-core.
+pub fn access_from_c(bits: u32) -> AccessFlags {
+    AccessFlags::from_bits_truncate(bits)
 }
 
 /// `struct ibv_qp_attr` + `attr_mask` as [`QpAttr`] + [`QpAttrMask`]. Fields outside the mask
@@ -123,7 +122,7 @@ pub fn qp_attr_from_c(a: &ibv_qp_attr, mask: u32) -> Result<(QpAttr, QpAttrMask)
             .ok_or_else(|| inval("unknown ibv_mtu"))?;
     }
     if m.contains(QpAttrMask::ACCESS_FLAGS) {
-        q.qp_access_flags = access_from_c(a.qp_access_flags)?;
+        q.qp_access_flags = access_from_c(a.qp_access_flags);
     }
     if m.contains(QpAttrMask::CAP) {
         q.cap = cap_from_c(&a.cap);

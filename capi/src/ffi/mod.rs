@@ -12,7 +12,8 @@
 //! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
 //! MRs), [`async_event`] (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels,
 //! CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls),
-//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`addrinfo`] (`rdma_getaddrinfo`).
+//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`addrinfo`] (`rdma_getaddrinfo`), and
+//! [`calls`] (the entry points called from safe Rust in-process: tests, the fuzzer).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -20,6 +21,7 @@
 
 mod addrinfo;
 mod async_event;
+pub mod calls;
 mod cm;
 mod cm_event;
 mod cm_qp;

@@ -101,6 +101,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let (Ok(r), false) = (rt(), qp.is_null() || attr.is_null()) else {
             return libc::EINVAL;
         };
+        // Mask bits past IBV_QP_DEST_QPN are EOPNOTSUPP: libibverbs's `ibv_cmd_modify_qp`
+        // refuses IBV_QP_RATE_LIMIT and up (they need the extended command), the kernel the
+        // bits between (`IB_QP_ATTR_STANDARD_BITS`).
+        if attr_mask as u32 & !((IBV_QP_DEST_QPN as u32) << 1).wrapping_sub(1) != 0 {
+            return libc::EOPNOTSUPP;
+        }
         // SAFETY: `attr` is a readable `struct ibv_qp_attr` (ibv_modify_qp(3)).
         let (a, m) = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
             Ok(v) => v,
@@ -268,6 +274,7 @@ pub(super) unsafe extern "C" fn rnic_post_send(
         let ud = unsafe { (*qp).qp_type } == IBV_QPT_UD;
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
+        let mut refused = None;
         let mut p = wr;
         while !p.is_null() {
             // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_send(3)).
@@ -275,22 +282,45 @@ pub(super) unsafe extern "C" fn rnic_post_send(
             // SAFETY: same contract for its SGEs and AH.
             match unsafe { send_wr(w, ud) } {
                 Ok(s) => wrs.push(s),
-                Err(e) => return set_bad(bad_wr, p, e),
+                Err(e) => {
+                    refused = Some((p, e));
+                    break;
+                }
             }
             ptrs.push(p);
             p = w.next;
         }
         // SAFETY: a live QP of this library.
         let h = QpHandle(unsafe { (*qp).handle });
-        match r.with(|n, _| n.dev().post_send(h, &wrs)) {
-            Ok(()) => 0,
-            Err(pe) => set_bad(
-                bad_wr,
-                ptrs.get(pe.bad_wr).copied().unwrap_or(wr),
-                errno_of(&pe.error),
-            ),
-        }
+        post_prefix(bad_wr, wr, &ptrs, refused, || {
+            r.with(|n, _| n.dev().post_send(h, &wrs))
+        })
     })
+}
+
+/// The end of a post: the WRs before the first one that could not be read (`refused`) are
+/// posted (`post`), as ibv_post_send(3) says of every WR before `*bad_wr`; then `*bad_wr` is
+/// the first WR the device refused, or else the unreadable one.
+fn post_prefix<T>(
+    bad_wr: *mut *mut T,
+    first: *mut T,
+    ptrs: &[*mut T],
+    refused: Option<(*mut T, i32)>,
+    post: impl FnOnce() -> Result<(), verbs_core::PostError>,
+) -> c_int {
+    if refused.is_none() || !ptrs.is_empty() {
+        if let Err(pe) = post() {
+            return set_bad(
+                bad_wr,
+                ptrs.get(pe.bad_wr).copied().unwrap_or(first),
+                errno_of(&pe.error),
+            );
+        }
+    }
+    match refused {
+        Some((p, e)) => set_bad(bad_wr, p, e),
+        None => 0,
+    }
 }
 
 /// Stores the failing WR in `*bad_wr` (when given) and returns `e`.
@@ -314,6 +344,7 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
         };
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
+        let mut refused = None;
         let mut p = wr;
         while !p.is_null() {
             // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
@@ -324,21 +355,19 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
                     wr_id: w.wr_id,
                     sg_list,
                 }),
-                Err(e) => return set_bad(bad_wr, p, e),
+                Err(e) => {
+                    refused = Some((p, e));
+                    break;
+                }
             }
             ptrs.push(p);
             p = w.next;
         }
         // SAFETY: a live QP of this library.
         let h = QpHandle(unsafe { (*qp).handle });
-        match r.with(|n, _| n.dev().post_recv(h, &wrs)) {
-            Ok(()) => 0,
-            Err(pe) => set_bad(
-                bad_wr,
-                ptrs.get(pe.bad_wr).copied().unwrap_or(wr),
-                errno_of(&pe.error),
-            ),
-        }
+        post_prefix(bad_wr, wr, &ptrs, refused, || {
+            r.with(|n, _| n.dev().post_recv(h, &wrs))
+        })
     })
 }
 

@@ -316,6 +316,9 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     })
 }
 
+/// The page size the kernel checks registrations against (x86-64).
+const PAGE_SIZE: u64 = 4096;
+
 fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -328,6 +331,11 @@ fn reg_mr(
         Err(e) => return fail_null(e),
     };
     if pd.is_null() || (addr.is_null() && length > 0) {
+        return fail_null(libc::EINVAL);
+    }
+    // The kernel's `ib_uverbs_reg_mr`: the region's address and its iova lie at the same
+    // offset in their pages (4 KiB on x86-64). With `ibv_reg_mr` they are equal.
+    if (addr as u64 ^ iova) & (PAGE_SIZE - 1) != 0 {
         return fail_null(libc::EINVAL);
     }
     // Every bit goes to the device, which refuses unknown ones and ignores the optional

@@ -228,10 +228,28 @@ static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 /// Why it could not start (bad variable, address not bindable), the same message every call;
 /// it was also printed once on stderr.
 pub fn runtime() -> Result<&'static Runtime, &'static str> {
+    runtime_or_start(|| Config::from_env().map_err(|e| e.to_string()))
+}
+
+/// The process's runtime, started with `config` instead of the environment if it is not
+/// running yet: for a Rust program (a test, the fuzzer) that calls the C entry points in
+/// process ([`crate::calls`]) and must not depend on, or change, its environment. When the
+/// runtime is already running, it is returned as it is: compare [`Runtime::config`] with what
+/// was asked for.
+///
+/// # Errors
+/// As [`runtime`].
+pub fn runtime_with(config: Config) -> Result<&'static Runtime, &'static str> {
+    runtime_or_start(|| Ok(config))
+}
+
+fn runtime_or_start(
+    config: impl FnOnce() -> Result<Config, String>,
+) -> Result<&'static Runtime, &'static str> {
     RUNTIME
         .get_or_init(|| {
             init_logging();
-            let r = Runtime::start();
+            let r = config().and_then(Runtime::start);
             if let Err(e) = &r {
                 eprintln!("librnic: {e}");
             }
@@ -256,8 +274,7 @@ fn init_logging() {
 const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
 
 impl Runtime {
-    fn start() -> Result<Runtime, String> {
-        let config = Config::from_env().map_err(|e| e.to_string())?;
+    fn start(config: Config) -> Result<Runtime, String> {
         let socket = bind(&config)?;
         let addr = socket
             .local_addr()

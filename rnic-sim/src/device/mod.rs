@@ -212,6 +212,19 @@ impl SimDeviceConfig {
     }
 }
 
+/// The number of live objects of each kind ([`SimDevice::object_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs (the GSI endpoint, QP1, is not one of them).
+    pub qps: usize,
+}
+
 /// The simulated RNIC. Deterministic: no randomness but its configuration's seed, no clock,
 /// ordered maps only. `Clone` is a
 /// full, independent snapshot (the model checker, `tests/tests/model_check.rs`, explores from
@@ -303,6 +316,18 @@ impl SimDevice {
     /// Drop and transport counters.
     pub fn counters(&self) -> Counters {
         self.sh.counters
+    }
+
+    /// How many objects the device holds: what every destroy call gives back. A caller that
+    /// destroyed all it made sees the counts it started with (librnic's fuzz target checks
+    /// that nothing leaks across its inputs).
+    pub fn object_counts(&self) -> ObjectCounts {
+        ObjectCounts {
+            pds: self.pds.len(),
+            mrs: self.sh.mrs.len(),
+            cqs: self.sh.cqs.len(),
+            qps: self.qps.len(),
+        }
     }
 
     /// How many async events are queued, not yet taken by [`Device::get_async_event`]: what
