@@ -15,7 +15,12 @@ use verbs_core::{
     SendWr, SimTime, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
 };
 
+mod config;
+mod counters;
 mod registration;
+
+pub use config::SimDeviceConfig;
+pub use counters::{Counters, ObjectCounts};
 
 /// A packet the device wants on the wire: the RoCEv2 transport packet and the GID of the node
 /// it is for. The source GID is the device's own.
@@ -25,55 +30,6 @@ pub struct Transmit {
     pub dst: Gid,
     /// The packet.
     pub packet: Packet,
-}
-
-/// Counters of packets the device dropped or ignored, by reason, and of transport events.
-/// Every malformed or unexpected packet from the network lands in exactly one drop counter;
-/// none of them panics or disturbs an unrelated QP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Dropped: extension headers do not match the opcode, or a payload where none may be.
-    pub malformed: u64,
-    /// Dropped: P_Key is not the default partition (0xFFFF / 0x7FFF).
-    pub bad_pkey: u64,
-    /// Dropped: no QP with the BTH destination QPN.
-    pub unknown_qp: u64,
-    /// Dropped: opcode of another transport than the QP's (e.g. UD on an RC QP).
-    pub wrong_qp_type: u64,
-    /// Dropped: the QP's state does not accept it (RESET, INIT, ERR; responses outside RTS/SQD).
-    pub qp_not_ready: u64,
-    /// Dropped: RC packet from a GID other than the QP's destination.
-    pub wrong_source: u64,
-    /// Dropped: request PSN ahead of the expected one (a NAK is sent once).
-    pub psn_out_of_seq: u64,
-    /// Duplicate requests (answered from the ACK state or responder resources, not executed).
-    pub duplicate_requests: u64,
-    /// Ignored: responses older than the oldest unacknowledged PSN, or out of order.
-    pub stale_responses: u64,
-    /// Ignored: responses with no outstanding request.
-    pub unexpected_responses: u64,
-    /// Dropped: UD datagram whose Q_Key does not match the QP's.
-    pub qkey_mismatch: u64,
-    /// Dropped: UD datagram with no receive posted (UD has no RNR).
-    pub ud_no_recv: u64,
-    /// Dropped: UD datagram larger than the receive buffer.
-    pub ud_too_long: u64,
-    /// Completions lost because their CQ had overrun.
-    pub completions_lost: u64,
-    /// Coalesced ACKs sent.
-    pub acks_sent: u64,
-    /// PSN-sequence-error NAKs sent.
-    pub seq_naks_sent: u64,
-    /// PSN-sequence-error NAKs received.
-    pub seq_naks_received: u64,
-    /// RNR NAKs sent.
-    pub rnr_naks_sent: u64,
-    /// RNR NAKs received.
-    pub rnr_naks_received: u64,
-    /// Retransmit-timer expiries that led to a retry.
-    pub timeouts: u64,
-    /// Go-back-N retries started (timeouts and sequence NAKs).
-    pub retries: u64,
 }
 
 /// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
@@ -123,106 +79,6 @@ impl Shared {
             }
         }
     }
-}
-
-/// Configuration of a [`SimDevice`]: identity and limits. [`SimDeviceConfig::new`] gives
-/// rxe-like defaults (`rxe_param.h`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SimDeviceConfig {
-    /// Device name, e.g. `"sim0"`.
-    pub name: String,
-    /// The port's GID (index 0), IPv4-mapped on RoCEv2.
-    pub gid: Gid,
-    /// Node GUID.
-    pub node_guid: u64,
-    /// Maximum QPs.
-    pub max_qp: u32,
-    /// Maximum WRs per queue.
-    pub max_qp_wr: u32,
-    /// Maximum SGEs per WR.
-    pub max_sge: u32,
-    /// Maximum CQs.
-    pub max_cq: u32,
-    /// Maximum completions per CQ.
-    pub max_cqe: u32,
-    /// Maximum MRs.
-    pub max_mr: u32,
-    /// Maximum PDs.
-    pub max_pd: u32,
-    /// Largest MR in bytes.
-    pub max_mr_size: u64,
-    /// Maximum READ/atomic a QP accepts as responder (`max_dest_rd_atomic` bound).
-    pub max_qp_rd_atom: u32,
-    /// Maximum READ/atomic a QP issues as requester (`max_rd_atomic` bound).
-    pub max_qp_init_rd_atom: u32,
-    /// Maximum inline payload in bytes.
-    pub max_inline_data: u32,
-    /// Where the QPN counter starts (24 bits; 0 and 1 are never handed out). With
-    /// [`seed`](Self::seed) 0 it is the first QPN handed out; otherwise the first QPN is its
-    /// image under the seed's permutation.
-    pub first_qpn: u32,
-    /// Virtual address of the first MR.
-    pub mr_base_va: u64,
-    /// Active MTU reported by `query_port` (the largest path MTU accepted is 4096).
-    pub active_mtu: Mtu,
-    /// Requester window: at most this many PSNs outstanding (rxe `RXE_MAX_UNACKED_PSNS` 128).
-    pub max_unacked_psns: u32,
-    /// The requester asks for an ACK at least every this many packets
-    /// (rxe `RXE_MAX_PKT_PER_ACK` 64).
-    pub max_pkts_per_ack: u32,
-    /// Seed of the identifiers a peer must not guess. 0 (the default): QPNs count up from
-    /// `first_qpn`, lkeys/rkeys are `index << 8 | counter` and MR addresses start at
-    /// `mr_base_va` — the sequential values of every trace made before seeds existed. Any
-    /// other value: QPNs are a counter under a keyed permutation of the 24-bit space (never 0
-    /// or 1, never a live QPN, the next not computable from the last), key indices likewise
-    /// with a seeded 8-bit tag, and the MR address allocator starts at a seeded page offset
-    /// (`docs/semantics-verbs.md`, "Objects and identity"). The device stays deterministic:
-    /// the same seed gives the same identifiers. Real-time drivers pass OS randomness
-    /// ([`crate::fabric::udp::os_seed`]); deterministic ones a seed derived from their own.
-    pub seed: u64,
-}
-
-impl SimDeviceConfig {
-    /// A configuration named `name` with GID `gid` and rxe-like limits.
-    pub fn new(name: impl Into<String>, gid: Gid) -> Self {
-        let g = gid.0;
-        SimDeviceConfig {
-            name: name.into(),
-            gid,
-            // A GUID derived from the GID (modified EUI-64 style), stable per address.
-            node_guid: u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, 0xfe, g[13], g[14], g[15]]),
-            max_qp: 0x1_0000,
-            max_qp_wr: 0x4000,
-            max_sge: 32,
-            max_cq: 0x4000,
-            max_cqe: 0x7FFF,
-            max_mr: 0x4_0000,
-            max_pd: 0x7FFC,
-            max_mr_size: 1 << 32,
-            max_qp_rd_atom: 128,
-            max_qp_init_rd_atom: 128,
-            max_inline_data: 400,
-            first_qpn: 0x11,
-            mr_base_va: 0x1000_0000,
-            active_mtu: Mtu::Mtu1024,
-            max_unacked_psns: 128,
-            max_pkts_per_ack: 64,
-            seed: 0,
-        }
-    }
-}
-
-/// The number of live objects of each kind ([`SimDevice::object_counts`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ObjectCounts {
-    /// Protection domains.
-    pub pds: usize,
-    /// Memory regions.
-    pub mrs: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// Queue pairs (the GSI endpoint, QP1, is not one of them).
-    pub qps: usize,
 }
 
 /// The simulated RNIC. Deterministic: no randomness but its configuration's seed, no clock,
