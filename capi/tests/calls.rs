@@ -41,6 +41,35 @@ fn own_ip() -> Ipv4Addr {
     }
 }
 
+/// The slots of a CQ and an RC QP on it.
+struct RcQp {
+    cq: usize,
+    qp: usize,
+}
+
+/// Opens a device and makes a PD, a CQ of `cqe` entries and an RC QP of `wr` WRs each way on
+/// them (`sq_sig_all` as given).
+fn rc_qp(c: &mut Calls, cqe: i32, wr: u32, sq_sig_all: i32) -> RcQp {
+    let ctx = c.open_device(false).slot.expect("context");
+    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
+    let cq = c
+        .create_cq(ctx, cqe, None)
+        .and_then(|m| m.slot)
+        .expect("cq");
+    let init = QpInit {
+        send_cq: Some(cq),
+        recv_cq: Some(cq),
+        cap: cap(wr),
+        qp_type: IBV_QPT_RC,
+        sq_sig_all,
+    };
+    let qp = c
+        .create_qp(Some(pd), Some(&init))
+        .and_then(|m| m.slot)
+        .expect("qp");
+    RcQp { cq, qp }
+}
+
 fn cap(wr: u32) -> QpCap {
     QpCap {
         max_send_wr: wr,
@@ -113,20 +142,7 @@ fn modify_qp_mask_bits_past_dest_qpn_are_eopnotsupp_and_access_bits_are_taken() 
     let _turn = serial();
     own_ip();
     let mut c = Calls::new();
-    let ctx = c.open_device(false).slot.expect("context");
-    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
-    let cq = c.create_cq(ctx, 4, None).and_then(|m| m.slot).expect("cq");
-    let init = QpInit {
-        send_cq: Some(cq),
-        recv_cq: Some(cq),
-        cap: cap(2),
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 0,
-    };
-    let qp = c
-        .create_qp(Some(pd), Some(&init))
-        .and_then(|m| m.slot)
-        .expect("qp");
+    let qp = rc_qp(&mut c, 4, 2, 0).qp;
     let a = attr(IBV_QPS_INIT);
     let to_init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     for extra in [IBV_QP_RATE_LIMIT, 1 << 21, 1 << 24, 1 << 30, i32::MIN] {
@@ -273,20 +289,7 @@ fn a_post_with_an_unreadable_wr_posts_the_ones_before_it() {
     let _turn = serial();
     own_ip();
     let mut c = Calls::new();
-    let ctx = c.open_device(false).slot.expect("context");
-    let pd = c.alloc_pd(ctx).and_then(|m| m.slot).expect("pd");
-    let cq = c.create_cq(ctx, 16, None).and_then(|m| m.slot).expect("cq");
-    let init = QpInit {
-        send_cq: Some(cq),
-        recv_cq: Some(cq),
-        cap: cap(4),
-        qp_type: IBV_QPT_RC,
-        sq_sig_all: 1,
-    };
-    let qp = c
-        .create_qp(Some(pd), Some(&init))
-        .and_then(|m| m.slot)
-        .expect("qp");
+    let RcQp { cq, qp } = rc_qp(&mut c, 16, 4, 1);
     let q = Some(QpRef::Qp(qp));
     let mut a = attr(IBV_QPS_INIT);
     a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
