@@ -10,8 +10,9 @@
 //! hands the server the first one whose handshake completes — the way a TCP listener's
 //! kernel completes handshakes before `accept(2)` returns. A phantom never gets that far; when
 //! the lobby is full, a new request evicts the oldest one still in its handshake ("server
-//! busy" REJ). One client per IP address at a time: the route of a peer's GID is its IP, so
-//! a second client of the same IP waits (deferred) until the first is gone.
+//! busy" REJ). One client per IP address at a time (the route of a peer's GID is its IP): a
+//! newer request from an address supersedes its handshake still running, and waits
+//! (deferred) behind one that completed or is in session (docs/hostile-input.md).
 
 use super::app::PingHost;
 use super::nic::PingNic;
@@ -122,16 +123,6 @@ impl Lobby {
     /// The QP depth of a session with `recvs` receives (as the session sizes its own).
     pub fn depth(recvs: u32) -> u32 {
         recvs.max(1) + 8
-    }
-
-    /// Candidates in the lobby.
-    pub fn len(&self) -> usize {
-        self.candidates.len()
-    }
-
-    /// Whether the lobby is empty.
-    pub fn is_empty(&self) -> bool {
-        self.candidates.is_empty()
     }
 
     /// Notes the IP address of the client in session (`None` when the session ended).
@@ -311,17 +302,6 @@ impl Lobby {
     pub fn take_ready(&mut self) -> Option<Candidate> {
         let &(_, id) = self.ready.first()?;
         self.remove(id)
-    }
-
-    /// Ends every candidate (the server is going).
-    pub fn clear<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>) {
-        let ids: Vec<CmIdHandle> = self.candidates.keys().copied().collect();
-        for id in ids {
-            if let Some(c) = self.remove(id) {
-                release(cx, &c, Some("server exiting"));
-            }
-        }
-        self.running.clear();
     }
 }
 
