@@ -2,7 +2,7 @@
 
 use super::process::nonblocking;
 use super::slots::made;
-use super::{ops_of, ret, Calls, Made, Ret, MAX_POLL};
+use super::{ops_of, ops_of_object, ret, Calls, Made, Ret, MAX_POLL};
 use crate::abi::*;
 use crate::ffi::{cq, set_errno};
 use libc::{c_int, c_void};
@@ -62,13 +62,7 @@ impl Calls {
     pub fn req_notify_cq(&mut self, cq: Option<usize>, solicited_only: c_int) -> Option<Ret> {
         let p = Self::opt(&self.cqs, cq)?;
         // SAFETY: NULL or a live CQ, whose context is live (contexts in use are not closed).
-        let ops = unsafe {
-            ops_of(if p.is_null() {
-                null_mut()
-            } else {
-                (*p).context
-            })
-        };
+        let ops = unsafe { ops_of_object!(p) };
         let f = ops.req_notify_cq?;
         set_errno(0);
         // SAFETY: the library's own slot; `p` NULL (checked) or live.
@@ -115,13 +109,7 @@ impl Calls {
             wcs.as_mut_ptr()
         };
         // SAFETY: as `req_notify_cq`.
-        let ops = unsafe {
-            ops_of(if p.is_null() {
-                null_mut()
-            } else {
-                (*p).context
-            })
-        };
+        let ops = unsafe { ops_of_object!(p) };
         let f = ops.poll_cq?;
         // SAFETY: `p` NULL (checked) or live; `wp` NULL (checked when `num_entries > 0`) or
         // `num_entries` writable entries.

@@ -99,6 +99,36 @@ fn ret(rc: c_int) -> Ret {
     Ret { rc, errno: errno() }
 }
 
+/// The `ops` table of an object with a `context` field (a CQ, a QP): `ops_of(obj->context)`,
+/// the rdma_cm context's for a NULL object. Inside an `unsafe` block whose SAFETY comment
+/// says the object is NULL or live.
+macro_rules! ops_of_object {
+    ($p:expr) => {
+        ops_of(if $p.is_null() {
+            std::ptr::null_mut()
+        } else {
+            (*$p).context
+        })
+    };
+}
+pub(super) use ops_of_object;
+
+/// Links `wrs` into a NULL-terminated list through `set_next`; returns the array's base
+/// (for `bad_wr` indices) and the list's head (NULL when empty). The vector must not move
+/// while the list is in use.
+fn link<T>(wrs: &mut [T], set_next: impl Fn(&mut T, *mut T)) -> (*mut T, *mut T) {
+    let base = wrs.as_mut_ptr();
+    for i in 1..wrs.len() {
+        set_next(&mut wrs[i - 1], base.wrapping_add(i));
+    }
+    let head = if wrs.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        base
+    };
+    (base, head)
+}
+
 /// The `ops` table calls through `context->ops`; the rdma_cm context's for a NULL object.
 ///
 /// # Safety

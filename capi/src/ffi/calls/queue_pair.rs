@@ -1,7 +1,10 @@
 //! QPs (create, modify, query, destroy), AHs, and posting send and receive WR lists.
 
 use super::slots::made;
-use super::{ops_of, ret, BadWr, Calls, Made, QpInfo, QpInit, QpRef, RecvWr, Ret, SendWr};
+use super::{
+    link, ops_of, ops_of_object, ret, BadWr, Calls, Made, QpInfo, QpInit, QpRef, RecvWr, Ret,
+    SendWr,
+};
 use crate::abi::*;
 use crate::ffi::{convert, qp, set_errno};
 use libc::c_int;
@@ -212,21 +215,11 @@ impl Calls {
                 },
             });
         }
-        let base = c.as_mut_ptr();
-        for i in 1..c.len() {
-            c[i - 1].next = base.wrapping_add(i);
-        }
-        let head = if c.is_empty() { null_mut() } else { base };
+        let (base, head) = link(&mut c, |w, next| w.next = next);
         let mut bad: *mut ibv_send_wr = null_mut();
         let bp: *mut *mut ibv_send_wr = if with_bad_wr { &mut bad } else { null_mut() };
         // SAFETY: NULL or a live QP, whose context is live.
-        let ops = unsafe {
-            ops_of(if p.is_null() {
-                null_mut()
-            } else {
-                (*p).context
-            })
-        };
+        let ops = unsafe { ops_of_object!(p) };
         let f = ops.post_send?;
         // SAFETY: `p` NULL (checked) or live; `head` a NULL-terminated list of WRs in `c`
         // (not moved since `base` was taken), each with an SGE list of at least `num_sge`
@@ -258,21 +251,11 @@ impl Calls {
                 num_sge: w.num_sge,
             });
         }
-        let base = c.as_mut_ptr();
-        for i in 1..c.len() {
-            c[i - 1].next = base.wrapping_add(i);
-        }
-        let head = if c.is_empty() { null_mut() } else { base };
+        let (base, head) = link(&mut c, |w, next| w.next = next);
         let mut bad: *mut ibv_recv_wr = null_mut();
         let bp: *mut *mut ibv_recv_wr = if with_bad_wr { &mut bad } else { null_mut() };
         // SAFETY: as `post_send`.
-        let ops = unsafe {
-            ops_of(if p.is_null() {
-                null_mut()
-            } else {
-                (*p).context
-            })
-        };
+        let ops = unsafe { ops_of_object!(p) };
         let f = ops.post_recv?;
         // SAFETY: as `post_send` (no AHs).
         let rc = unsafe { f(p, head, bp) };
