@@ -2,25 +2,26 @@
 //! server under the attack issue 12 describes — many REQs from many addresses, none of which
 //! will ever answer the REP.
 //!
-//! Each REQ is what a real active side sends (a RoCEv2 UD SEND to QP1 carrying a CM REQ with
-//! an IP-CM header, Linux's timeout fields and fresh random comm ID, QPN, starting PSN and CA
-//! GUID), from one of `sources` loopback addresses in turn (`first_source`, the next one, …;
-//! any 127/8 address is local on Linux). With `ping_shaped` the REQ's private data also carries
+//! Each REQ is what a real active side sends — the CM engine's own REQ (a RoCEv2 UD SEND to
+//! QP1 carrying a CM REQ with an IP-CM header and Linux's timeout fields) for a fresh id: a
+//! new comm ID, starting PSN and random QPN each, one CA GUID per flood — from one of
+//! `sources` loopback addresses in turn (`first_source`, the next one, …; any 127/8 address
+//! is local on Linux). With `ping_shaped` the REQ's private data also carries
 //! a valid `rnic ping` client's parameters, so a ping server cannot refuse it on its contents:
 //! the worst case, a phantom client. The flood only sends; it never reads its sockets.
 
 use crate::ping::params::Params;
 use crate::ping::{DisconnectBy, PingOp};
 use bytes::Bytes;
-use cm_core::engine::{cm_ack_timeout, CmConfig};
-use cm_core::wire::{ip_service_id, CmMessage, IpCmHeader, RdmaPortSpace, Req, ReqPath};
+use cm_core::engine::{CmConfig, CmEngine, ReqParams};
+use cm_core::wire::{ip_service_id, IpCmHeader, RdmaPortSpace};
 use rnic_sim::rng::Rng;
 use rnic_sim::roce::{encode, Flow};
 use rnic_sim::{gsi_packet, GSI_QPN};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use verbs_core::{Gid, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
+use verbs_core::{Gid, SimTime, QPN_MASK};
 
 /// Sockets kept open at once; with more sources, each REQ binds its own socket.
 const MAX_OPEN_SOCKETS: u32 = 1024;
@@ -94,6 +95,12 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
         )));
     }
     let mut rng = Rng::new(opts.seed);
+    // Linux's REQ, as rdma_cm sends it (timeouts, retries, path), from one CA of its own.
+    let mut cm = CmEngine::new(CmConfig {
+        ca_guid: rng.next_u64(),
+        seed: rng.next_u64(),
+        ..CmConfig::default()
+    });
     let mut open: BTreeMap<u32, UdpSocket> = BTreeMap::new();
     let start = Instant::now();
     let (mut sent, mut unreachable, mut send_errors) = (0, 0, 0);
@@ -119,7 +126,7 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
             &fresh
         };
         let from = socket.local_addr()?;
-        let datagram = req_datagram(&mut rng, from, opts.target, opts.ping_shaped)?;
+        let datagram = req_datagram(&mut cm, &mut rng, from, opts.target, opts.ping_shaped)?;
         match socket.send(&datagram) {
             Ok(_) => sent += 1,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => unreachable += 1,
@@ -142,14 +149,15 @@ fn bind(ip: Ipv4Addr, target: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(s)
 }
 
-/// One REQ from `from` to `to`'s listener, framed as the simulated RNIC's QP1 frames it.
+/// One REQ from `from` to `to`'s listener, framed as the simulated RNIC's QP1 frames it: the
+/// REQ `cm` sends for a fresh id (the id is destroyed at once; what that sends is dropped).
 fn req_datagram(
+    cm: &mut CmEngine,
     rng: &mut Rng,
     from: SocketAddr,
     to: SocketAddr,
     ping_shaped: bool,
 ) -> std::io::Result<Bytes> {
-    let cfg = CmConfig::default();
     let hdr = IpCmHeader {
         src_port: from.port(),
         src_addr: from.ip(),
@@ -165,37 +173,26 @@ fn req_datagram(
         };
         private_data.extend_from_slice(&params.encode(false));
     }
-    let req = Req {
-        local_comm_id: (rng.next_u64() as u32).max(1),
+    let req = ReqParams {
         service_id: ip_service_id(RdmaPortSpace::Tcp, to.port()),
-        local_ca_guid: rng.next_u64(),
+        local_gid: Gid::from_ip(from.ip()),
+        remote_gid: Gid::from_ip(to.ip()),
         local_qpn: (rng.next_u64() as u32) & QPN_MASK,
         responder_resources: 1,
         initiator_depth: 1,
-        remote_cm_response_timeout: cfg.cm_response_timeout,
-        starting_psn: (rng.next_u64() as u32) & PSN_MASK,
-        local_cm_response_timeout: cfg.cm_response_timeout,
         retry_count: 7,
-        partition_key: DEFAULT_PKEY,
-        path_packet_payload_mtu: cfg.path_mtu.raw(),
         rnr_retry_count: 7,
-        max_cm_retries: cfg.max_cm_retries,
-        primary_path: ReqPath {
-            local_port_lid: 0xFFFF,
-            remote_port_lid: 0xFFFF,
-            local_port_gid: Gid::from_ip(from.ip()),
-            remote_port_gid: Gid::from_ip(to.ip()),
-            hop_limit: cfg.hop_limit,
-            local_ack_timeout: cm_ack_timeout(cfg.ack_delay, cfg.packet_life_time),
-            ..ReqPath::default()
-        },
+        srq: false,
         private_data,
-        ..Req::default()
     };
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
-    let mad = CmMessage::Req(req)
-        .encode(rng.next_u64(), 0)
-        .map_err(|e| invalid(format!("encoding the REQ: {e}")))?;
+    let id = cm.create_id();
+    let sent = cm.send_req(SimTime::ZERO, id, &req);
+    let mad = cm.poll_transmit().map(|(_, mad)| mad);
+    cm.destroy_id(SimTime::ZERO, id);
+    while cm.poll_transmit().is_some() {}
+    sent.map_err(|e| invalid(format!("the REQ: {e}")))?;
+    let mad = mad.ok_or_else(|| invalid("the CM sent no REQ".into()))?;
     let packet = gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&mad));
     encode(&packet, &Flow::new(from, to))
         .map(|b| b.freeze())
