@@ -1,0 +1,171 @@
+//! RC ACKs, retries and timers: ACK coalescing, ACKs before entry to ERR, RNR retry and
+//! back-off, the transport-timer index, and ERR-entry reporting.
+
+use super::*;
+
+#[test]
+fn acks_are_coalesced() {
+    let (mut a, mut b) = pair();
+    let rs: Vec<_> = (0..5).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    let ss: Vec<_> = (0..5).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        b.dev.counters().acks_sent,
+        1,
+        "one ACK covers five messages"
+    );
+    assert_eq!(poll(&mut a.dev, a.scq).len(), 5);
+}
+
+/// b's receive CQ holds 2; a (timeout 1, retry_cnt 2) sends 3 messages in one burst.
+fn overrun_pair() -> (Node, Node) {
+    let mut a = node(1);
+    let mut b = node_with(2, caps(8), 2, false);
+    connect_with(&mut a, &mut b, |at| {
+        at.timeout = 1;
+        at.retry_cnt = 2;
+    });
+    let rs: Vec<_> = (0..5).map(|i| recv(&b, i, 0, 8)).collect();
+    b.dev.post_recv(b.qp.handle, &rs).unwrap();
+    (a, b)
+}
+
+#[test]
+fn entry_to_err_by_cq_overrun_acks_what_was_completed_first() {
+    let (mut a, mut b) = overrun_pair();
+    let ss: Vec<_> = (0..3).map(|i| send(&a, i, 0, 8)).collect();
+    a.dev.post_send(a.qp.handle, &ss).unwrap();
+    run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(state(&b), QpState::Err, "the third receive overran");
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    assert_eq!(
+        b.dev.counters().acks_sent,
+        1,
+        "one ACK covers messages 0 and 1"
+    );
+    // The message whose completion was lost is not acknowledged.
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![
+            (0, WcStatus::Success),
+            (1, WcStatus::Success),
+            (2, WcStatus::RetryExcErr)
+        ]
+    );
+}
+
+#[test]
+fn entry_to_err_by_modify_qp_acks_what_was_completed_first() {
+    let (mut a, mut b) = overrun_pair();
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 0, 0, 8), send(&a, 1, 0, 8)])
+        .unwrap();
+    // Deliver a's requests without letting b transmit.
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    b.dev
+        .modify_qp(b.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(b.dev.counters().acks_sent, 1);
+    run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    assert_eq!(state(&a), QpState::Rts);
+}
+
+#[test]
+fn rnr_retry_zero_with_no_receive_is_rnr_retry_exc_err() {
+    let mut a = node(1);
+    let mut b = node(2);
+    connect_with(&mut a, &mut b, |at| at.rnr_retry = 0);
+    a.dev
+        .post_send(a.qp.handle, &[send(&a, 1, 0, 8), send(&a, 2, 0, 8)])
+        .unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(
+        state(&b),
+        QpState::Rts,
+        "RNR is not an error at the responder"
+    );
+}
+
+#[test]
+fn rnr_nak_backs_off_by_min_rnr_timer_then_retries() {
+    let (mut a, mut b) = pair();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(b.dev.counters().rnr_naks_sent, 1);
+    // min_rnr_timer 1 = 10 µs.
+    assert_eq!(a.dev.poll_timeout(), Some(SimTime::from_micros(10)));
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 9, 0, 8)]).unwrap();
+    let end = run(&mut a, &mut b, SimTime::ZERO);
+    assert_eq!(end, SimTime::from_micros(10));
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        vec![(9, WcStatus::Success)]
+    );
+}
+
+/// The deadline index follows every QP's timers: armed by a send, re-armed by the ACK's
+/// arrival, gone with the QP. (`poll_timeout` also cross-checks against a scan in unit tests.)
+#[test]
+fn transport_timers_are_indexed_per_qp_and_leave_with_the_qp() {
+    let (mut a, mut b) = pair();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    assert_eq!(a.dev.poll_timeout(), None, "nothing sent yet");
+    let out = a.dev.poll_transmit(SimTime::ZERO);
+    assert!(out.is_some());
+    assert!(a.dev.poll_timeout().is_some(), "retransmit timer armed");
+    a.dev.destroy_qp(a.qp.handle).unwrap();
+    assert_eq!(a.dev.poll_timeout(), None);
+    assert!(a.dev.poll_transmit(SimTime::ZERO).is_none());
+    let _ = &mut b;
+}
+
+/// `take_entered_err` reports each QP that entered ERR once, whatever moved it there, and
+/// forgets destroyed QPs.
+#[test]
+fn entered_err_reports_each_qp_once_and_forgets_destroyed_ones() {
+    let (mut a, mut b) = pair();
+    assert!(a.dev.take_entered_err().is_empty());
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    a.dev
+        .modify_qp(a.qp.handle, &err, QpAttrMask::STATE)
+        .unwrap();
+    assert_eq!(
+        a.dev.take_entered_err().into_iter().collect::<Vec<_>>(),
+        [a.qp.qp_num]
+    );
+    assert!(a.dev.take_entered_err().is_empty(), "taken");
+    b.dev
+        .modify_qp(b.qp.handle, &err, QpAttrMask::STATE)
+        .unwrap();
+    b.dev.destroy_qp(b.qp.handle).unwrap();
+    assert!(
+        b.dev.take_entered_err().is_empty(),
+        "destroyed QPs are left out"
+    );
+}
