@@ -267,7 +267,7 @@ fn main() -> ExitCode {
         Command::Flood(opts) => match flood::run(&opts) {
             Ok(r) => {
                 emit(&format!(
-                    "sent {} REQs from {} addresses to {} in {:.2} s ({:.0}/s)\n",
+                    "sent {} REQs from {} address(es) to {} in {:.2} s ({:.0}/s)\n",
                     r.sent,
                     r.sources,
                     opts.target,

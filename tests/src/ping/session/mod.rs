@@ -582,6 +582,20 @@ impl<'a, N: PingNic> Session<'a, N> {
             self.rdma_disconnect(&why);
         }
         self.l.disconnecting = true;
+        if self
+            .pending
+            .iter()
+            .any(|e| e.event == CmEventType::Rejected)
+        {
+            // The peer rejected the connection after ESTABLISHED (its REJ put our id in
+            // TimeWait): no DISCONNECTED or TIMEWAIT_EXIT will come for it.
+            let now = self.h().now();
+            self.note(
+                now,
+                "REJECTED: no DISCONNECTED or TIMEWAIT_EXIT awaited".into(),
+            );
+            return (None, false);
+        }
         let give_up_ms = 2 * self.node.cfg().dreq_give_up_ms() + 1000;
         // A server whose client stopped answering (unplanned: no --kill-peer-after) does not
         // wait out the DREQ's retries (74 s with Linux's timers) before it serves the next
