@@ -124,13 +124,12 @@ impl SimQp {
     // ------------------------------------------------------------------------------------
     // Requester
 
-    /// Emits what this QP has to send now: a coalesced ACK, then new or retransmitted request
-    /// packets within the PSN window and READ credit limit.
+    /// Emits the new or retransmitted request packets this QP may send now, within the PSN
+    /// window and READ credit limit. Its coalesced ACK, if any, is not sent here: the device
+    /// sends every QP's requests of one turn before the ACKs ([`SimDevice::poll_transmit`]).
+    ///
+    /// [`SimDevice::poll_transmit`]: crate::SimDevice::poll_transmit
     pub(crate) fn transmit_rc(&mut self, sh: &mut Shared, now: SimTime) {
-        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        self.flush_pending_ack(sh);
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) || self.req.rnr_at.is_some() {
             return;
         }
@@ -194,6 +193,13 @@ impl SimQp {
             let w = &self.sq[idx];
             let k = w.next_pkt;
             let psn = psn_add(w.first_psn, k);
+            // The window holds for every packet, not only a WQE's first (rxe_req.c checks
+            // `req.psn` against `comp.psn + RXE_MAX_UNACKED_PSNS` before each packet): a long
+            // message goes out as ACKs open the window, so one QP never has more than
+            // `max_unacked_psns` packets in flight.
+            if psn_diff(psn, self.req.comp_psn) >= sh.max_unacked_psns as i32 {
+                break;
+            }
             let last = k + 1 >= w.npkts;
             let mut p;
             match w.wr.opcode {

@@ -193,14 +193,23 @@ impl SimDevice {
     }
 
     /// The next packet to put on the wire, or `None` when the device has nothing to send now.
-    /// Runs the requesters (new and retransmitted requests) and emits coalesced ACKs; `now`
-    /// starts retransmit timers.
+    /// Runs the requesters (new and retransmitted requests), then emits the coalesced ACKs:
+    /// within one turn every QP's requests go out before any pure ACK, so a reply the
+    /// application posted on receiving a message never waits behind that message's ACK (on a
+    /// real-time driver each datagram is a system call, and the peer's wake-up). `now` starts
+    /// retransmit timers.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
-        if self.sh.tx.is_empty() {
-            for qpn in std::mem::take(&mut self.tx_pending) {
+        if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
+            let pending = std::mem::take(&mut self.tx_pending);
+            for &qpn in &pending {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.transmit(&mut self.sh, now);
                     qp.settle(&mut self.sh);
+                }
+            }
+            for qpn in pending {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.flush_pending_ack(&mut self.sh);
                 }
                 self.sync_deadline(qpn);
             }
