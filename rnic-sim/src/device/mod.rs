@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Requester window: PSNs sent but not acknowledged.
     pub max_unacked_psns: u32,
+    /// Requester window in bytes (see [`SimDeviceConfig::max_unacked_bytes`]).
+    pub max_unacked_bytes: u64,
     /// Request packets between two that ask for an ACK.
     pub max_pkts_per_ack: u32,
     /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`] last ran.
@@ -130,6 +132,7 @@ impl SimDevice {
             tx: VecDeque::new(),
             counters: Counters::default(),
             max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
+            max_unacked_bytes: cfg.max_unacked_bytes,
             max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
             entered_err: BTreeSet::new(),
         };
@@ -162,6 +165,13 @@ impl SimDevice {
     /// The port's GID.
     pub fn gid(&self) -> Gid {
         self.cfg.gid
+    }
+
+    /// Sets the requester window in bytes ([`SimDeviceConfig::max_unacked_bytes`]) of every QP,
+    /// from the next packet on.
+    pub fn set_max_unacked_bytes(&mut self, bytes: u64) {
+        self.cfg.max_unacked_bytes = bytes;
+        self.sh.max_unacked_bytes = bytes;
     }
 
     /// The configuration.

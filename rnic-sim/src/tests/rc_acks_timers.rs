@@ -186,9 +186,16 @@ fn requester_window_holds_for_every_packet_of_a_long_message() {
     for t in first {
         b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
     }
-    assert_eq!(pump(&mut a, &mut b), 107 + 2, "the rest, after the ACK, and its ACK");
+    assert_eq!(
+        pump(&mut a, &mut b),
+        107 + 2,
+        "the rest, after the ACK, and its ACK"
+    );
     assert_eq!(a.dev.counters().retries, 0);
-    assert_eq!(statuses(&poll(&mut a.dev, a.scq)), vec![(1, WcStatus::Success)]);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
     let mut got = vec![0; 60_000];
     b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
     assert_eq!(got, data);
@@ -216,4 +223,31 @@ fn a_reply_goes_out_before_the_ack_of_the_message_it_answers() {
             crate::roce::Opcode::RcAcknowledge
         ]
     );
+}
+
+#[test]
+fn a_byte_window_below_the_ack_interval_still_asks_for_acks() {
+    let (mut a, mut b) = pair();
+    // Path MTU 256: a 1 KiB window is 4 packets, far below the 64 between AckReqs.
+    a.dev.set_max_unacked_bytes(1024);
+    let data = pattern(20_000, 9);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    let wr = SendWr::rdma_write(1, vec![a.mr.sge(0, 20_000)], b.mr.addr, b.mr.rkey);
+    a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+    let mut burst = 0;
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        burst += 1;
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(burst, 4, "the window in packets");
+    // Time stands still: only ACKs the window asked for can finish the message.
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(a.dev.counters().timeouts, 0);
+    let mut got = vec![0; 20_000];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, data);
 }

@@ -41,6 +41,12 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// Records every datagram from now on (`--pcap`).
     fn start_capture(&mut self);
 
+    /// Limits each RC QP's packets in flight to `bytes` (the simulated RNIC's
+    /// [`SimDevice::set_max_unacked_bytes`](rnic_sim::SimDevice::set_max_unacked_bytes)),
+    /// sized from the socket's receive buffer. A hardware RNIC has its own flow control:
+    /// nothing to do.
+    fn set_window_bytes(&mut self, _bytes: u64) {}
+
     /// The datagrams recorded since the last call.
     fn take_capture(&mut self) -> Vec<Captured>;
 
@@ -108,6 +114,10 @@ impl PingNic for SimNic {
 
     fn start_capture(&mut self) {
         SimNic::start_capture(self)
+    }
+
+    fn set_window_bytes(&mut self, bytes: u64) {
+        self.device_mut().set_max_unacked_bytes(bytes);
     }
 
     fn take_capture(&mut self) -> Vec<Captured> {
