@@ -125,7 +125,7 @@ pub enum PingOp {
     All = 0,
     /// SEND and its reply only (latency).
     Send = 1,
-    /// RDMA WRITE only, one at a time (throughput); the server checks the last one.
+    /// RDMA WRITE only, `--depth` outstanding (throughput); the server checks the last one.
     Write = 2,
 }
 

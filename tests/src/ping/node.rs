@@ -446,6 +446,7 @@ fn get_event<N: PingNic>(
 
 /// The node's wire counters since it started.
 fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
+    let udp = node.handle().stats();
     node.handle().with(|ep, _| {
         let host = ep.inner().host();
         let nic = host.nic().datagram_counters();
@@ -456,6 +457,8 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             other_client_drops: nic.rx_foreign_socket,
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
+            send_calls: udp.send_calls,
+            recv_calls: udp.recv_calls,
             drops: drop_counters(host.cm().counters(), host.nic(), node),
         }
     })

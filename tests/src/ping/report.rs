@@ -104,6 +104,10 @@ pub struct WireRecord {
     pub cm_retransmits: u64,
     /// RC packets retransmitted after a transport timeout or NAK.
     pub rc_retransmits: u64,
+    /// Send system calls of the UDP driver (one per datagram, or per GSO batch of several).
+    pub send_calls: u64,
+    /// Receive system calls of the UDP driver that returned datagrams (`recvmmsg`).
+    pub recv_calls: u64,
     /// Input refused, by reason (`cm.rx_wrong_source`, `rnic.wrong_source`,
     /// `nic.peers_evicted`, `ping.clients_refused`, …): only the reasons that counted.
     pub drops: BTreeMap<String, u64>,
@@ -128,6 +132,8 @@ impl WireRecord {
                 .saturating_sub(start.other_client_drops),
             cm_retransmits: self.cm_retransmits.saturating_sub(start.cm_retransmits),
             rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
+            send_calls: self.send_calls.saturating_sub(start.send_calls),
+            recv_calls: self.recv_calls.saturating_sub(start.recv_calls),
             drops: self
                 .drops
                 .iter()
@@ -263,8 +269,11 @@ impl PingReport {
         if let Some(t) = &self.throughput {
             let _ = writeln!(
                 s,
-                "  throughput: {} bytes in {:.3} s = {:.1} Mbit/s",
-                t.bytes, t.seconds, t.mbit_per_s
+                "  throughput: {} bytes in {:.3} s = {:.1} Mbit/s ({:.1} MB/s)",
+                t.bytes,
+                t.seconds,
+                t.mbit_per_s,
+                t.mbit_per_s / 8.0
             );
         }
         let w = &self.wire;
@@ -280,6 +289,11 @@ impl PingReport {
             w.other_client_drops,
             w.cm_retransmits,
             w.rc_retransmits
+        );
+        let _ = writeln!(
+            s,
+            "  system calls: {} sends, {} receives",
+            w.send_calls, w.recv_calls
         );
         if !w.drops.is_empty() {
             let list: Vec<String> = w.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();

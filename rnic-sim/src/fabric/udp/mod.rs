@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -165,6 +165,8 @@ struct Shared<E> {
     epoch: Instant,
     /// Wakes blocking waiters after every change.
     changed: Condvar,
+    /// Counts the changes waiters are told of: what a busy-polling waiter watches.
+    changes: AtomicU64,
     /// Wakes async waiters after every change.
     changed_async: tokio::sync::Notify,
     /// Wakes the driver loop (a handle touched the endpoint or asked to stop).
@@ -202,6 +204,7 @@ impl<E> Shared<E> {
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
+            changes: AtomicU64::new(0),
             changed_async: tokio::sync::Notify::new(),
             wake: tokio::sync::Notify::new(),
             direct,
@@ -255,6 +258,7 @@ impl<E> Shared<E> {
     }
 
     fn notify_changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
         self.changed.notify_all();
         self.changed_async.notify_waiters();
     }
@@ -371,12 +375,31 @@ impl<E> UdpHandle<E> {
     /// Blocks until `cond` holds for the endpoint (checked after every event the driver
     /// handles), the driver stops, or `timeout` passes. Returns whether `cond` holds. Not for
     /// use on a runtime thread: use [`wait_until_async`](Self::wait_until_async) there.
+    ///
+    /// For up to [`BUSY_POLL`] it watches for changes without sleeping (yielding the CPU), as
+    /// the driver does for datagrams: an answer that comes within microseconds costs no
+    /// thread wake-up.
     pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&E) -> bool) -> bool {
+        let start = Instant::now();
+        let mut seen = None;
+        while start.elapsed() < BUSY_POLL.min(timeout) {
+            let changes = self.shared.changes.load(Ordering::Acquire);
+            if seen == Some(changes) {
+                std::thread::yield_now();
+                continue;
+            }
+            seen = Some(changes);
+            let st = self.shared.lock();
+            if st.stopped || cond(&st.endpoint) {
+                return cond(&st.endpoint);
+            }
+        }
         let guard = self.shared.lock();
+        let rest = timeout.saturating_sub(start.elapsed());
         let (guard, _) = self
             .shared
             .changed
-            .wait_timeout_while(guard, timeout, |st| !st.stopped && !cond(&st.endpoint))
+            .wait_timeout_while(guard, rest, |st| !st.stopped && !cond(&st.endpoint))
             .unwrap_or_else(PoisonError::into_inner);
         cond(&guard.endpoint)
     }
