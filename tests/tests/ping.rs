@@ -236,6 +236,8 @@ fn ping_ops_send_and_write_verify_and_pass() {
             "send" => {
                 assert_eq!(c["bytes_verified"], 20 * 65536);
                 assert_eq!(c["latency"]["samples"], 20);
+                // Bandwidth for every op: the SENDs and their replies.
+                assert_eq!(c["throughput"]["bytes"], 2 * 20 * 65536);
             }
             _ => {
                 // The server checks the last WRITE's image.
