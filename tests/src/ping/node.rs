@@ -441,6 +441,7 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             other_client_drops: nic.rx_foreign_socket,
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
+            rc_timeouts: host.nic().rc_timeouts(),
             drops: drop_counters(host.cm().counters(), host.nic(), node),
         }
     })

@@ -104,6 +104,9 @@ pub struct WireRecord {
     pub cm_retransmits: u64,
     /// RC packets retransmitted after a transport timeout or NAK.
     pub rc_retransmits: u64,
+    /// RC retransmission-timer expiries that led to a retry (a subset of the causes of
+    /// `rc_retransmits`; 0 where the device does not tell).
+    pub rc_timeouts: u64,
     /// Input refused, by reason (`cm.rx_wrong_source`, `rnic.wrong_source`,
     /// `nic.peers_evicted`, `ping.clients_refused`, …): only the reasons that counted.
     pub drops: BTreeMap<String, u64>,
@@ -128,6 +131,7 @@ impl WireRecord {
                 .saturating_sub(start.other_client_drops),
             cm_retransmits: self.cm_retransmits.saturating_sub(start.cm_retransmits),
             rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
+            rc_timeouts: self.rc_timeouts.saturating_sub(start.rc_timeouts),
             drops: self
                 .drops
                 .iter()
@@ -270,7 +274,7 @@ impl PingReport {
         let w = &self.wire;
         let _ = writeln!(
             s,
-            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC",
+            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC ({} RC timeouts)",
             w.nic_tx,
             w.nic_rx,
             w.faults.dropped_tx,
@@ -279,7 +283,8 @@ impl PingReport {
             w.faults.killed_rx,
             w.other_client_drops,
             w.cm_retransmits,
-            w.rc_retransmits
+            w.rc_retransmits,
+            w.rc_timeouts
         );
         if !w.drops.is_empty() {
             let list: Vec<String> = w.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
