@@ -11,8 +11,8 @@
 //! | `send-rtt` | ping server 127.0.72.1 | UDP echo 127.0.72.3, pinger 127.0.72.4 |
 //! | `cm` | CM client 127.0.73.2, server 127.0.73.3 | TCP server 127.0.73.5 |
 //!
-//! Ports are the OS's choice (port 0); each peer prints the one it got. A ping client binds
-//! the address the OS routes from (127.0.0.1).
+//! Ports are the OS's choice (port 0); each peer prints the one it got. A ping client picks
+//! its own loopback address (127.a.b.c from its process ID, a ≥ 1: `rnic ping`'s rule).
 
 use super::baseline::{self, memcpy_bytes_per_s};
 use super::cm::{self, CmNode};
