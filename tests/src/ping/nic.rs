@@ -56,6 +56,10 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// RC retransmissions (simulated RNIC; 0 where the device does not tell).
     fn rc_retransmits(&self) -> u64;
 
+    /// RC retransmission-timer expiries that led to a retry (simulated RNIC; 0 where the
+    /// device does not tell).
+    fn rc_timeouts(&self) -> u64;
+
     /// Datagrams and packets the NIC refused, by reason (`nic.*` for the socket's datagrams,
     /// `rnic.*` for the device's packets).
     fn drop_counters(&self) -> Vec<(&'static str, u64)>;
@@ -130,6 +134,10 @@ impl PingNic for SimNic {
 
     fn rc_retransmits(&self) -> u64 {
         self.device().counters().retries
+    }
+
+    fn rc_timeouts(&self) -> u64 {
+        self.device().counters().timeouts
     }
 
     fn describe(&self) -> String {
@@ -218,6 +226,10 @@ impl PingNic for HwNic {
     }
 
     fn rc_retransmits(&self) -> u64 {
+        0
+    }
+
+    fn rc_timeouts(&self) -> u64 {
         0
     }
 

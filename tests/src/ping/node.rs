@@ -459,6 +459,7 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             rc_retransmits: host.nic().rc_retransmits(),
             send_calls: udp.send_calls,
             recv_calls: udp.recv_calls,
+            rc_timeouts: host.nic().rc_timeouts(),
             drops: drop_counters(host.cm().counters(), host.nic(), node),
         }
     })

@@ -108,6 +108,9 @@ pub struct WireRecord {
     pub send_calls: u64,
     /// Receive system calls of the UDP driver that returned datagrams (`recvmmsg`).
     pub recv_calls: u64,
+    /// RC retransmission-timer expiries that led to a retry (a subset of the causes of
+    /// `rc_retransmits`; 0 where the device does not tell).
+    pub rc_timeouts: u64,
     /// Input refused, by reason (`cm.rx_wrong_source`, `rnic.wrong_source`,
     /// `nic.peers_evicted`, `ping.clients_refused`, …): only the reasons that counted.
     pub drops: BTreeMap<String, u64>,
@@ -134,6 +137,7 @@ impl WireRecord {
             rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
             send_calls: self.send_calls.saturating_sub(start.send_calls),
             recv_calls: self.recv_calls.saturating_sub(start.recv_calls),
+            rc_timeouts: self.rc_timeouts.saturating_sub(start.rc_timeouts),
             drops: self
                 .drops
                 .iter()
@@ -279,7 +283,7 @@ impl PingReport {
         let w = &self.wire;
         let _ = writeln!(
             s,
-            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC",
+            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC ({} RC timeouts)",
             w.nic_tx,
             w.nic_rx,
             w.faults.dropped_tx,
@@ -288,7 +292,8 @@ impl PingReport {
             w.faults.killed_rx,
             w.other_client_drops,
             w.cm_retransmits,
-            w.rc_retransmits
+            w.rc_retransmits,
+            w.rc_timeouts
         );
         let _ = writeln!(
             s,
