@@ -111,29 +111,26 @@ pub struct Sizes {
 pub struct Config {
     /// The `rnic` binary that runs the pings, explore and the peers.
     pub rnic: PathBuf,
-    /// `--depth` for the WRITE pings (`None`: this `rnic ping` has no such flag).
-    pub depth: Option<u32>,
+    /// `--depth` for the WRITE pings.
+    pub depth: u32,
     /// How much each round does.
     pub sizes: Sizes,
 }
 
 impl Config {
-    /// The WRITE pings' client arguments: op, size, MTU, count, and the depth if any.
+    /// The WRITE pings' client arguments: op, size, MTU, count, depth.
     fn write_args(&self, size: usize, count: u32) -> Vec<String> {
         let mut v: Vec<String> = ["--op", "write", "--mtu", WRITE_MTU, "--size"]
             .iter()
             .map(|s| s.to_string())
             .collect();
         v.extend([size.to_string(), "--count".into(), count.to_string()]);
-        if let Some(d) = self.depth {
-            v.extend(["--depth".into(), d.to_string()]);
-        }
+        v.extend(["--depth".into(), self.depth.to_string()]);
         v
     }
 
     fn depth_text(&self) -> String {
-        self.depth
-            .map_or_else(|| " (1 in flight)".into(), |d| format!(" --depth {d}"))
+        format!(" --depth {}", self.depth)
     }
 }
 

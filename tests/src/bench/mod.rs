@@ -3,7 +3,7 @@
 //!
 //! | measure ([`measure::Measure`]) | baseline | goal |
 //! |---|---|---|
-//! | `rnic ping --op write --size 65536 --mtu 4096` (two processes, `--depth` when `rnic ping` has it), MB/s | TCP stream of 64 KiB writes between two processes ([`baseline::tcp_stream`]) | ≥ 0.5× |
+//! | `rnic ping --op write --size 65536 --mtu 4096` (two processes, `--depth 16`), MB/s | TCP stream of 64 KiB writes between two processes ([`baseline::tcp_stream`]) | ≥ 0.5× |
 //! | 1 MiB WRITEs with Linux's timers | — | all pass, 0 RC retransmissions and timeouts |
 //! | `rnic ping --op send --size 64`, median RTT | UDP ping-pong of 64 B between two processes ([`baseline::udp_pingpong`]) | ≤ 1.5× |
 //! | CM connect+disconnect per second, two processes ([`cm`]) | TCP connect+close per second ([`baseline::tcp_connect_close`]) | ≥ 0.8× |
@@ -93,8 +93,7 @@ pub struct BenchArgs {
     /// Print the result as one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Outstanding WRITEs of the WRITE pings (`rnic ping --depth N`), when `rnic ping` has
-    /// `--depth`; without it the WRITEs go one at a time.
+    /// Outstanding WRITEs of the WRITE pings (`rnic ping --depth N`).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub depth: u32,
     /// 64 KiB WRITEs per round of `write-stream` (the TCP stream sends as many bytes).
@@ -156,8 +155,8 @@ pub struct BenchReport {
     pub machine: Machine,
     /// Rounds of every measure.
     pub rounds: u32,
-    /// The WRITE pings' `--depth` (`None`: `rnic ping` has none; one WRITE at a time).
-    pub depth: Option<u32>,
+    /// The WRITE pings' `--depth`.
+    pub depth: u32,
     /// One summary per row of the table.
     pub rows: Vec<RowSummary>,
 }
@@ -165,16 +164,13 @@ pub struct BenchReport {
 impl BenchReport {
     /// The report as text: a header (machine, units), the ratio table, every round's figures.
     pub fn to_text(&self) -> String {
-        let depth = match self.depth {
-            Some(d) => format!("WRITE pings with --depth {d}"),
-            None => "this rnic ping has no --depth: WRITEs one at a time".into(),
-        };
         format!(
-            "rnic bench: median of {} round(s); {}, {} CPU(s); {depth}\n\
+            "rnic bench: median of {} round(s); {}, {} CPU(s); WRITE pings with --depth {}\n\
              MB = 10^6 bytes, GB = 10^9 bytes; ratio = rnic / baseline\n\n{}\n{}",
             self.rounds,
             self.machine.cpu,
             self.machine.cpus,
+            self.depth,
             render(&self.rows),
             render_rounds(&self.rows)
         )
@@ -194,20 +190,9 @@ pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
     };
     measures.sort();
     measures.dedup();
-    let writes = measures
-        .iter()
-        .any(|m| matches!(m, Measure::WriteStream | Measure::Write1m));
-    let depth = if writes && rnic_cmd::ping_has_depth(rnic)? {
-        Some(args.depth)
-    } else {
-        if writes {
-            eprintln!("rnic bench: `rnic ping` has no --depth: the WRITE pings keep one in flight");
-        }
-        None
-    };
     let cfg = Config {
         rnic: rnic.to_path_buf(),
-        depth,
+        depth: args.depth,
         sizes: Sizes {
             write_count: args.write_count,
             big_count: args.big_count,
@@ -232,7 +217,7 @@ pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
     Ok(BenchReport {
         machine: Machine::this(),
         rounds: args.rounds,
-        depth,
+        depth: args.depth,
         rows: rows
             .iter()
             .flat_map(|(_, rows)| rows.iter().map(Row::summary))

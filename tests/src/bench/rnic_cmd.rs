@@ -104,17 +104,6 @@ pub fn ping_pair(
     Ok(PingSides { client, server })
 }
 
-/// Whether this `rnic ping` has `--depth` (outstanding WRITEs): read from `rnic ping --help`.
-///
-/// # Errors
-/// [`BenchError::Io`] / [`BenchError::Process`] when `rnic ping --help` cannot be run.
-pub fn ping_has_depth(rnic: &Path) -> Result<bool, BenchError> {
-    let mut cmd = Command::new(rnic);
-    cmd.args(["ping", "--help"]);
-    let f = run("rnic ping --help", cmd, Duration::from_secs(30))?;
-    Ok(f.stdout.contains("--depth"))
-}
-
 /// `rnic explore --seeds SEEDS --jobs 1 --json`: its own figure of scenarios per second
 /// (`timing.scenarios_per_s`, timed around the seeds only). A seed that fails the oracle
 /// does not stop the measure (it is printed on stderr).
