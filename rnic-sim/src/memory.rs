@@ -261,3 +261,26 @@ impl Source<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_bytes_are_aligned_as_a_page_or_their_length_and_so_are_clones() {
+        for (len, align) in [(0, 64), (10, 64), (200, 256), (4096, 4096), (100_000, 4096)] {
+            let mut b = OwnedBytes::zeroed(len);
+            assert_eq!(b.as_slice().len(), len);
+            assert!(b.as_slice().iter().all(|&x| x == 0));
+            assert_eq!(b.as_slice().as_ptr() as usize % align, 0, "len {len}");
+            b.as_mut_slice().fill(7);
+            let c = b.clone();
+            assert_eq!(
+                c.as_slice().as_ptr() as usize % align,
+                0,
+                "clone of len {len}"
+            );
+            assert_eq!(c.as_slice(), b.as_slice());
+        }
+    }
+}

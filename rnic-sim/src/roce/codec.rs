@@ -522,3 +522,51 @@ fn decode_with<'a>(
         reserved_bits_set: reserved,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roce::Opcode;
+
+    /// A source that appends one byte fewer than it announces.
+    struct Short;
+    impl PayloadSource for Short {
+        fn len(&self) -> usize {
+            8
+        }
+        fn append_to(&self, out: &mut BytesMut) {
+            out.put_slice(&[1; 7]);
+        }
+    }
+
+    fn flow() -> Flow {
+        Flow::new(
+            "10.0.0.1:49152".parse().unwrap_or_else(|_| unreachable!()),
+            "10.0.0.2:4791".parse().unwrap_or_else(|_| unreachable!()),
+        )
+    }
+
+    #[test]
+    fn encode_from_a_source_equals_encode_of_the_same_bytes() {
+        let p = Packet::bare(Opcode::RcSendOnly, 5, 9, Bytes::new());
+        let data = [3u8; 4097];
+        let from = encode_from(&p, &data[..], &flow());
+        let mut whole = p.clone();
+        whole.payload = Bytes::copy_from_slice(&data);
+        assert_eq!(from, encode(&whole, &flow()));
+    }
+
+    #[test]
+    fn a_source_that_appends_another_length_is_an_error_and_leaves_nothing() {
+        let p = Packet::bare(Opcode::RcSendOnly, 5, 9, Bytes::new());
+        let mut out = BytesMut::from(&b"kept"[..]);
+        assert_eq!(
+            encode_parts(&p, &Short, &flow(), &mut out),
+            Err(CodecError::PayloadLength {
+                declared: 8,
+                appended: 7
+            })
+        );
+        assert_eq!(&out[..], b"kept");
+    }
+}
