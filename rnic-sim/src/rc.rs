@@ -89,17 +89,23 @@ impl SimQp {
     // ------------------------------------------------------------------------------------
     // Requester
 
-    /// Emits what this QP has to send now: a coalesced ACK, then new or retransmitted request
-    /// packets within the PSN window and READ credit limit.
+    /// Emits the new or retransmitted request packets this QP may send now, within the PSN
+    /// window and READ credit limit. Its coalesced ACK, if any, is not sent here: the device
+    /// sends every QP's requests of one turn before the ACKs ([`SimDevice::poll_transmit`]).
+    ///
+    /// [`SimDevice::poll_transmit`]: crate::SimDevice::poll_transmit
     pub(crate) fn transmit_rc(&mut self, sh: &mut Shared, now: SimTime) {
-        if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        self.flush_pending_ack(sh);
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) || self.req.rnr_at.is_some() {
             return;
         }
         let mtu = self.mtu();
+        // Packets in flight at most: the PSN window, and the byte window in path-MTU packets.
+        let window =
+            (sh.max_unacked_bytes / u64::from(mtu)).clamp(1, u64::from(sh.max_unacked_psns));
+        let window = i32::try_from(window).unwrap_or(i32::MAX);
+        // Ask for an ACK at least twice per window, or a window smaller than
+        // `max_pkts_per_ack` would stall until the retransmit timer (rxe: 64 in 128).
+        let ack_every = sh.max_pkts_per_ack.min((window as u32).div_ceil(2)).max(1);
         loop {
             let idx = self.req.next;
             if idx >= self.sq.len() {
@@ -118,7 +124,7 @@ impl SimQp {
                 // New work: not in SQD, within the PSN window, with a READ credit if needed,
                 // after outstanding READ/atomics when fenced.
                 if state == QpState::Sqd
-                    || psn_diff(new_psn, self.req.comp_psn) >= sh.max_unacked_psns as i32
+                    || psn_diff(new_psn, self.req.comp_psn) >= window
                     || (w.wr.send_flags.contains(SendFlags::FENCE) && rd_out > 0)
                     || (w.is_rd_atomic() && rd_out >= max_rd)
                 {
@@ -156,6 +162,13 @@ impl SimQp {
             let w = &self.sq[idx];
             let k = w.next_pkt;
             let psn = psn_add(w.first_psn, k);
+            // The window holds for every packet, not only a WQE's first (rxe_req.c checks
+            // `req.psn` against `comp.psn + RXE_MAX_UNACKED_PSNS` before each packet): a long
+            // message goes out as ACKs open the window, so one QP never has more than
+            // `window` packets in flight.
+            if psn_diff(psn, self.req.comp_psn) >= window {
+                break;
+            }
             let last = k + 1 >= w.npkts;
             let mut p;
             let mut gather = None;
@@ -238,7 +251,7 @@ impl SimQp {
                         p.bth.se = w.wr.send_flags.contains(SendFlags::SOLICITED);
                     }
                     self.req.noack_pkts += 1;
-                    p.bth.ack_req = last || self.req.noack_pkts >= sh.max_pkts_per_ack;
+                    p.bth.ack_req = last || self.req.noack_pkts >= ack_every;
                     if p.bth.ack_req {
                         self.req.noack_pkts = 0;
                     }

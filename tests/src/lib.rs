@@ -5,8 +5,10 @@
 //! runs hosts with recorded histories, [`scenario`] scripts and generates runs, [`oracle`]
 //! checks the disconnect invariants, [`explore`] runs seed swarms, [`ping`] is `rnic ping`
 //! (rping over real UDP between processes), [`exec`] is `rnic exec` (unmodified C programs on
-//! the simulated RNIC through `librnic.so`).
+//! the simulated RNIC through `librnic.so`), [`bench`](mod@bench) is `rnic bench` (issue 13's
+//! ratio table: each figure against a baseline measured in the same run).
 
+pub mod bench;
 pub mod demo;
 pub mod exec;
 pub mod explore;

@@ -236,6 +236,8 @@ fn ping_ops_send_and_write_verify_and_pass() {
             "send" => {
                 assert_eq!(c["bytes_verified"], 20 * 65536);
                 assert_eq!(c["latency"]["samples"], 20);
+                // Bandwidth for every op: the SENDs and their replies.
+                assert_eq!(c["throughput"]["bytes"], 2 * 20 * 65536);
             }
             _ => {
                 // The server checks the last WRITE's image.
@@ -244,6 +246,29 @@ fn ping_ops_send_and_write_verify_and_pass() {
             }
         }
     }
+}
+
+/// `--depth 8`: eight WRITEs of 1 MiB in flight at path MTU 4096, with Linux's transport
+/// timers (an ACK timeout costs ≈ 0.5 s): all complete, the last is checked, and the requester
+/// window keeps every burst inside the receive buffer — no RC retransmission.
+#[test]
+fn ping_write_stream_with_depth_passes_without_retransmission() {
+    let args = [
+        "--json", "--op", "write", "--count", "40", "--size", "1048576", "--mtu", "4096",
+        "--depth", "8",
+    ];
+    let ((cc, cout), (sc, sout)) = ping_pair(&["--json"], &args);
+    assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+    let (c, s) = (report(&cout), report(&sout));
+    assert_eq!(c["iterations"], 40);
+    assert!(c["completions"]["success"].as_u64().unwrap() >= 40, "{c:#}");
+    assert_eq!(
+        s["bytes_verified"],
+        1 << 20,
+        "the last WRITE's image: {s:#}"
+    );
+    assert_eq!(c["wire"]["rc_retransmits"], 0, "{c:#}");
+    assert!(c["throughput"]["mbit_per_s"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

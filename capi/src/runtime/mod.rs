@@ -16,7 +16,9 @@ use crate::config::{Config, ROCE_PORT};
 use bytes::Bytes;
 use cm_core::api::{EventChannel, RdmaCm};
 use cm_core::engine::CmConfig;
-use rnic_sim::fabric::udp::{os_seed, SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::fabric::udp::{
+    os_seed, size_socket_buffers, SpawnedUdpDriver, UdpDriver, UdpHandle, SOCKET_BUFFER_BYTES,
+};
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use rnic_sim::rng::Rng;
@@ -284,6 +286,10 @@ impl Runtime {
         let mut dcfg = SimDeviceConfig::new(config.device.clone(), gid);
         dcfg.active_mtu = config.mtu;
         dcfg.seed = Rng::new(seed).fork(DEVICE_SEED_STREAM).key();
+        // Each QP's burst fits the receive buffer the kernel grants (the driver would size it
+        // too; sizing it first gives the window).
+        dcfg.max_unacked_bytes =
+            size_socket_buffers(&socket, SOCKET_BUFFER_BYTES).rc_window_bytes();
         let dev = SimDevice::new(dcfg);
         let mut cm_cfg = CmConfig {
             ca_guid: dev.config().node_guid,
@@ -407,31 +413,6 @@ impl Runtime {
     }
 }
 
-/// The socket buffer size the RNIC asks for, each direction: room for the bursts a few QPs
-/// send at once (rnic-sim's requester keeps up to 128 packets in flight per QP; perftest runs
-/// 128 WRITEs of 64 KiB). With the kernel's default (208 KiB) bursts are dropped and each loss
-/// costs an RC ACK timeout.
-const SOCKET_BUFFER: usize = 4 << 20;
-
-/// Asks for [`SOCKET_BUFFER`] bytes of receive and send buffer; the kernel caps the request
-/// at `net.core.rmem_max`/`wmem_max`, which is logged (`RUST_LOG=rnic=info`) when it bites.
-fn size_buffers(s: &UdpSocket) {
-    let sock = socket2::SockRef::from(s);
-    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-    // Linux reports twice what it granted (it counts its own overhead).
-    let got = |r: io::Result<usize>| r.map_or(0, |n| n / 2);
-    let (rcv, snd) = (got(sock.recv_buffer_size()), got(sock.send_buffer_size()));
-    if rcv < SOCKET_BUFFER || snd < SOCKET_BUFFER {
-        tracing::info!(
-            rcv,
-            snd,
-            "socket buffers capped by the kernel (net.core.rmem_max / wmem_max): \
-             large bursts may be dropped and retransmitted"
-        );
-    }
-}
-
 /// The address after `ip` (127.0.0.1 → 127.0.0.2), for a hint.
 fn next_ip(ip: IpAddr) -> IpAddr {
     match ip {
@@ -447,10 +428,7 @@ fn bind(config: &Config) -> Result<UdpSocket, String> {
     for ip in config.candidate_addrs() {
         let addr = SocketAddr::new(ip, ROCE_PORT);
         match UdpSocket::bind(addr) {
-            Ok(s) => {
-                size_buffers(&s);
-                return Ok(s);
-            }
+            Ok(s) => return Ok(s),
             Err(e) if config.addr.is_none() && e.kind() == io::ErrorKind::AddrInUse => {
                 last = format!("{addr}: {e}");
             }

@@ -44,6 +44,14 @@ pub struct SimDeviceConfig {
     pub active_mtu: Mtu,
     /// Requester window: at most this many PSNs outstanding (rxe `RXE_MAX_UNACKED_PSNS` 128).
     pub max_unacked_psns: u32,
+    /// Requester window in bytes: at most this many bytes of path-MTU-sized packets in flight
+    /// per QP (`max(1, bytes / path MTU)` packets), on top of
+    /// [`max_unacked_psns`](Self::max_unacked_psns). `u64::MAX` (the default): no byte
+    /// limit. A real-time driver sets it from the socket receive buffer the kernel granted
+    /// (`fabric::udp::SocketBuffers::rc_window_bytes`), so that one QP's burst never
+    /// overruns the peer's buffer (a hardware RNIC has no such limit: the fabric's flow
+    /// control does that job). Also settable later: [`SimDevice::set_max_unacked_bytes`].
+    pub max_unacked_bytes: u64,
     /// The requester asks for an ACK at least every this many packets
     /// (rxe `RXE_MAX_PKT_PER_ACK` 64).
     pub max_pkts_per_ack: u32,
@@ -83,6 +91,7 @@ impl SimDeviceConfig {
             mr_base_va: 0x1000_0000,
             active_mtu: Mtu::Mtu1024,
             max_unacked_psns: 128,
+            max_unacked_bytes: u64::MAX,
             max_pkts_per_ack: 64,
             seed: 0,
         }

@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Requester window: PSNs sent but not acknowledged.
     pub max_unacked_psns: u32,
+    /// Requester window in bytes (see [`SimDeviceConfig::max_unacked_bytes`]).
+    pub max_unacked_bytes: u64,
     /// Request packets between two that ask for an ACK.
     pub max_pkts_per_ack: u32,
     /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`] last ran.
@@ -130,6 +132,7 @@ impl SimDevice {
             tx: VecDeque::new(),
             counters: Counters::default(),
             max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
+            max_unacked_bytes: cfg.max_unacked_bytes,
             max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
             entered_err: BTreeSet::new(),
         };
@@ -164,6 +167,13 @@ impl SimDevice {
         self.cfg.gid
     }
 
+    /// Sets the requester window in bytes ([`SimDeviceConfig::max_unacked_bytes`]) of every QP,
+    /// from the next packet on.
+    pub fn set_max_unacked_bytes(&mut self, bytes: u64) {
+        self.cfg.max_unacked_bytes = bytes;
+        self.sh.max_unacked_bytes = bytes;
+    }
+
     /// The configuration.
     pub fn config(&self) -> &SimDeviceConfig {
         &self.cfg
@@ -193,10 +203,13 @@ impl SimDevice {
     }
 
     /// The next packet to put on the wire, or `None` when the device has nothing to send now.
-    /// Runs the requesters (new and retransmitted requests) and emits coalesced ACKs; `now`
-    /// starts retransmit timers. A SEND/WRITE request's or READ response's payload is read
-    /// from its region now (crate `gather`): a caller that buffers packets must drain this
-    /// before the next verbs call, as the fabric drivers do.
+    /// Runs the requesters (new and retransmitted requests), then emits the coalesced ACKs:
+    /// within one turn every QP's requests go out before any pure ACK, so a reply the
+    /// application posted on receiving a message never waits behind that message's ACK (on a
+    /// real-time driver each datagram is a system call, and the peer's wake-up). `now` starts
+    /// retransmit timers. A SEND/WRITE request's or READ response's payload is read from its
+    /// region now (crate `gather`): a caller that buffers packets must drain this before the
+    /// next verbs call, as the fabric drivers do.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
         let (mut t, payload) = self.poll_outgoing(now)?;
         if let Some(p) = payload {
@@ -214,11 +227,17 @@ impl SimDevice {
         &mut self,
         now: SimTime,
     ) -> Option<(Transmit, Option<Payload<'_>>)> {
-        if self.sh.tx.is_empty() {
-            for qpn in std::mem::take(&mut self.tx_pending) {
+        if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
+            let pending = std::mem::take(&mut self.tx_pending);
+            for &qpn in &pending {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.transmit(&mut self.sh, now);
                     qp.settle(&mut self.sh);
+                }
+            }
+            for qpn in pending {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.flush_pending_ack(&mut self.sh);
                 }
                 self.sync_deadline(qpn);
             }

@@ -169,3 +169,85 @@ fn entered_err_reports_each_qp_once_and_forgets_destroyed_ones() {
         "destroyed QPs are left out"
     );
 }
+
+#[test]
+fn requester_window_holds_for_every_packet_of_a_long_message() {
+    let (mut a, mut b) = pair();
+    // 60 000 bytes at path MTU 256: 235 packets, against a window of 128 PSNs.
+    let data = pattern(60_000, 3);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    let wr = SendWr::rdma_write(1, vec![a.mr.sge(0, 60_000)], b.mr.addr, b.mr.rkey);
+    a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+    let mut first = Vec::new();
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        first.push(t);
+    }
+    assert_eq!(first.len(), 128, "no more than the window before an ACK");
+    for t in first {
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(
+        pump(&mut a, &mut b),
+        107 + 2,
+        "the rest, after the ACK, and its ACK"
+    );
+    assert_eq!(a.dev.counters().retries, 0);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    let mut got = vec![0; 60_000];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
+
+#[test]
+fn a_reply_goes_out_before_the_ack_of_the_message_it_answers() {
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 0, 0, 8)]).unwrap();
+    a.dev.post_recv(a.qp.handle, &[recv(&a, 0, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(poll(&mut b.dev, b.rcq).len(), 1, "the request arrived");
+    // The application answers before the device's next transmit turn.
+    b.dev.post_send(b.qp.handle, &[send(&b, 2, 0, 8)]).unwrap();
+    let ops: Vec<_> = std::iter::from_fn(|| b.dev.poll_transmit(SimTime::ZERO))
+        .map(|t| t.packet.bth.opcode)
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            crate::roce::Opcode::RcSendOnly,
+            crate::roce::Opcode::RcAcknowledge
+        ]
+    );
+}
+
+#[test]
+fn a_byte_window_below_the_ack_interval_still_asks_for_acks() {
+    let (mut a, mut b) = pair();
+    // Path MTU 256: a 1 KiB window is 4 packets, far below the 64 between AckReqs.
+    a.dev.set_max_unacked_bytes(1024);
+    let data = pattern(20_000, 9);
+    a.dev.mr_write(a.mr.handle, 0, &data).unwrap();
+    let wr = SendWr::rdma_write(1, vec![a.mr.sge(0, 20_000)], b.mr.addr, b.mr.rkey);
+    a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+    let mut burst = 0;
+    while let Some(t) = a.dev.poll_transmit(SimTime::ZERO) {
+        burst += 1;
+        b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+    }
+    assert_eq!(burst, 4, "the window in packets");
+    // Time stands still: only ACKs the window asked for can finish the message.
+    pump(&mut a, &mut b);
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(a.dev.counters().timeouts, 0);
+    let mut got = vec![0; 20_000];
+    b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, data);
+}

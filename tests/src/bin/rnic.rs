@@ -72,6 +72,18 @@ enum Command {
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
     /// (docs/hostile-input.md). Only sends; prints what it sent.
     Flood(flood::FloodOptions),
+    /// Measures issue 13's goals, each against a baseline measured in the same run on the same
+    /// machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
+    /// SEND round trip, CM connect rate, in-process WRITE, explore. Exits 0 when every
+    /// measurement was made (goals met or not), 1 when one failed. docs/performance.md.
+    Bench(rnic_testbed::bench::BenchArgs),
+    /// The far end of a `bench` baseline (a process of its own): binds, prints `ready ADDR`,
+    /// serves one round, exits.
+    #[command(hide = true)]
+    BenchPeer {
+        #[command(subcommand)]
+        role: rnic_testbed::bench::peer::PeerRole,
+    },
     /// Re-runs one seed of `explore` and prints its trace, the oracle's verdict and the
     /// replay's trace hash; exits 1 if an invariant failed.
     Replay {
@@ -291,6 +303,20 @@ fn main() -> ExitCode {
             }
         },
         Command::Ping(args) => ExitCode::from(rnic_testbed::ping::cli::main(&args)),
+        Command::Bench(args) => match std::env::current_exe() {
+            Ok(rnic) => ExitCode::from(rnic_testbed::bench::main(&args, &rnic)),
+            Err(e) => {
+                eprintln!("rnic bench: cannot find this program's path: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::BenchPeer { role } => match rnic_testbed::bench::peer::serve(&role) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rnic bench-peer: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Exec(opts) => {
             eprintln!("rnic exec: {}", exec::exec(&opts));
             ExitCode::from(127)

@@ -298,8 +298,6 @@ pub enum Outcome {
 enum St {
     /// Client: about to start iteration `i`. Server: waiting for request `i`.
     Next,
-    /// Client: waiting for the WRITE's completion (`--op write`).
-    WaitWrite(u64),
     /// Client: waiting for the reply SEND.
     WaitReply,
     /// Client: waiting for the READ's completion.
@@ -319,6 +317,14 @@ pub struct DataPhase {
     peer: PeerInfo,
     /// Pause (for the kill) when iteration `pause_at` is reached.
     pub pause_at: Option<u32>,
+    /// WRITEs kept outstanding by a `--op write` client (at least 1).
+    pub depth: u32,
+    /// The outstanding WRITEs (`--op write`), oldest first.
+    writes: VecDeque<u64>,
+    /// WRITEs posted (`--op write`).
+    posted: u32,
+    /// Whether the source of the stream's WRITEs holds its pattern (`--op write`).
+    staged: bool,
     /// The ledger, lent by the session for the data phase.
     pub ledger: Ledger,
     i: u32,
@@ -353,6 +359,10 @@ impl DataPhase {
             size,
             peer,
             pause_at: None,
+            depth: 1,
+            writes: VecDeque::new(),
+            posted: 0,
+            staged: false,
             ledger,
             i: 0,
             st: St::Next,
@@ -403,6 +413,9 @@ impl DataPhase {
                     self.outcome = Some(Outcome::Done);
                     return Ok(());
                 }
+                (Role::Client, St::Next) if self.op == PingOp::Write => {
+                    return self.stream_writes(host);
+                }
                 (Role::Client, St::Next) => {
                     if self.pause_at == Some(self.i) {
                         self.outcome = Some(Outcome::Paused);
@@ -410,38 +423,19 @@ impl DataPhase {
                     }
                     self.t_iter = now;
                     let i = self.i;
-                    let mut write = None;
-                    if matches!(self.op, PingOp::All | PingOp::Write) {
+                    if self.op == PingOp::All {
                         self.ledger
                             .store(host, l.scratch, &pattern(i, b'W', size))?;
-                        write = Some(self.ledger.post_send(host, "RDMA WRITE", |id, mr| {
-                            SendWr::rdma_write(
-                                id,
-                                vec![mr.sge(l.scratch, size)],
-                                p.write_addr,
-                                p.rkey,
-                            )
-                        })?);
+                        self.post_write(host)?;
                     }
-                    self.st = match (self.op, write) {
-                        (PingOp::Write, Some(wr)) => St::WaitWrite(wr),
-                        _ => {
-                            self.ledger.send(host, &pattern(i, b'S', size))?;
-                            St::WaitReply
-                        }
-                    };
+                    self.ledger.send(host, &pattern(i, b'S', size))?;
+                    self.st = St::WaitReply;
                     if N::ASYNC_COMPLETIONS {
                         // A device that runs by itself may answer within this step, whose
                         // `now` is already past: what comes back is seen in a later step,
                         // with its own time (else a round trip would measure 0).
                         return Ok(());
                     }
-                }
-                (Role::Client, St::WaitWrite(wr)) => {
-                    if self.ledger.send_out.contains_key(&wr) {
-                        return Ok(());
-                    }
-                    self.next_iteration();
                 }
                 (Role::Client, St::WaitReply) => {
                     let Some(msg) = self.ledger.messages.pop_front() else {
@@ -505,6 +499,57 @@ impl DataPhase {
                 }
             }
         }
+    }
+
+    /// Posts an RDMA WRITE of the scratch region to the peer's write region.
+    fn post_write<N: Nic>(&mut self, host: &mut Host<N>) -> Result<u64, Stop> {
+        let (size, l, p) = (self.size, self.ledger.layout, self.peer);
+        self.ledger.post_send(host, "RDMA WRITE", |id, mr| {
+            SendWr::rdma_write(id, vec![mr.sge(l.scratch, size)], p.write_addr, p.rkey)
+        })
+    }
+
+    /// `--op write`: counts the WRITEs completed (in order, as RC completes them) and keeps
+    /// [`depth`](Self::depth) outstanding. The source buffer must not change while a WRITE
+    /// reading it is outstanding (`ibv_post_send(3)`), so every WRITE but the last sends one
+    /// pattern written once, and the last — the one the server checks — is posted alone, after
+    /// the others completed, with its own.
+    fn stream_writes<N: Nic>(&mut self, host: &mut Host<N>) -> Result<(), Stop> {
+        while let Some(&wr) = self.writes.front() {
+            if self.ledger.send_out.contains_key(&wr) {
+                break;
+            }
+            self.writes.pop_front();
+            self.next_iteration();
+        }
+        if self.i == self.count {
+            self.outcome = Some(Outcome::Done);
+            return Ok(());
+        }
+        if self.writes.is_empty() && self.pause_at == Some(self.i) {
+            self.outcome = Some(Outcome::Paused);
+            return Ok(());
+        }
+        let limit = self.pause_at.unwrap_or(self.count).min(self.count);
+        while self.posted < limit && (self.writes.len() as u32) < self.depth.max(1) {
+            let last = self.posted + 1 == self.count;
+            if last {
+                if !self.writes.is_empty() {
+                    break;
+                }
+                let want = pattern(self.posted, b'W', self.size);
+                self.ledger.store(host, self.ledger.layout.scratch, &want)?;
+            } else if !self.staged {
+                let filler = pattern(u32::MAX, b'W', self.size);
+                self.ledger
+                    .store(host, self.ledger.layout.scratch, &filler)?;
+                self.staged = true;
+            }
+            let wr = self.post_write(host)?;
+            self.writes.push_back(wr);
+            self.posted += 1;
+        }
+        Ok(())
     }
 
     fn next_iteration(&mut self) {

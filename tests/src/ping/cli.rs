@@ -4,7 +4,7 @@
 use super::nic::PingNic;
 use super::{
     Client, DisconnectBy, Params, PingError, PingOp, PingReport, Server, SideOptions, WireOptions,
-    MAX_RECVS, MAX_SIZE,
+    MAX_DEPTH, MAX_RECVS, MAX_SIZE,
 };
 use crate::hw_nic::HwNic;
 use rnic_hw::HwOptions;
@@ -39,6 +39,11 @@ pub struct PingArgs {
     /// Who calls rdma_disconnect first (client decides for both).
     #[arg(long, value_enum, default_value_t = DisconnectBy::Client)]
     pub disconnect_by: DisconnectBy,
+    /// WRITEs kept outstanding (client, `--op write`; perftest's `-t`). Every WRITE but the
+    /// last sends one buffer written once; the last is posted alone with its own pattern, which
+    /// the server checks.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DEPTH)))]
+    pub depth: u32,
     /// Receives kept posted (all still posted, then flushed, at the disconnect).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RECVS)))]
     pub recvs: u32,
@@ -156,6 +161,7 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
     let side = SideOptions {
         recvs: a.recvs,
         kill_peer_after: a.kill_peer_after,
+        depth: a.depth,
         timeout: Duration::from_secs_f64(a.timeout),
         pcap: a.pcap.clone(),
         device,

@@ -47,6 +47,9 @@ pub const MAX_SIZE: u32 = 1 << 20;
 /// The largest `--recvs`.
 pub const MAX_RECVS: u32 = 1024;
 
+/// The largest `--depth` (perftest's `-t` default is 128).
+pub const MAX_DEPTH: u32 = 1024;
+
 /// What went wrong outside the checks: bad options, a socket, the device, the capture file.
 #[derive(Debug, thiserror::Error)]
 pub enum PingError {
@@ -122,7 +125,7 @@ pub enum PingOp {
     All = 0,
     /// SEND and its reply only (latency).
     Send = 1,
-    /// RDMA WRITE only, one at a time (throughput); the server checks the last one.
+    /// RDMA WRITE only, `--depth` outstanding (throughput); the server checks the last one.
     Write = 2,
 }
 
@@ -182,6 +185,8 @@ pub struct SideOptions {
     pub recvs: u32,
     /// Treat the peer as dead after this many iterations (`--kill-peer-after`).
     pub kill_peer_after: Option<u32>,
+    /// WRITEs kept outstanding by a `--op write` client (`--depth`, 1 ..= [`MAX_DEPTH`]).
+    pub depth: u32,
     /// Longest wait for the peer in the data phase before giving up (`--timeout`).
     pub timeout: Duration,
     /// Write every datagram this side sent and received to this pcap file (`--pcap`).
@@ -195,6 +200,7 @@ impl Default for SideOptions {
         SideOptions {
             recvs: 4,
             kill_peer_after: None,
+            depth: 1,
             timeout: Duration::from_secs(10),
             pcap: None,
             device: None,
@@ -207,6 +213,11 @@ impl SideOptions {
         if !(1..=MAX_RECVS).contains(&self.recvs) {
             return Err(PingError::Options(format!(
                 "--recvs must be 1..={MAX_RECVS}"
+            )));
+        }
+        if !(1..=MAX_DEPTH).contains(&self.depth) {
+            return Err(PingError::Options(format!(
+                "--depth must be 1..={MAX_DEPTH}"
             )));
         }
         Ok(())

@@ -41,6 +41,12 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// Records every datagram from now on (`--pcap`).
     fn start_capture(&mut self);
 
+    /// Limits each RC QP's packets in flight to `bytes` (the simulated RNIC's
+    /// [`SimDevice::set_max_unacked_bytes`](rnic_sim::SimDevice::set_max_unacked_bytes)),
+    /// sized from the socket's receive buffer. A hardware RNIC has its own flow control:
+    /// nothing to do.
+    fn set_window_bytes(&mut self, _bytes: u64) {}
+
     /// The datagrams recorded since the last call.
     fn take_capture(&mut self) -> Vec<Captured>;
 
@@ -49,6 +55,10 @@ pub trait PingNic: Nic + Send + Sized + 'static {
 
     /// RC retransmissions (simulated RNIC; 0 where the device does not tell).
     fn rc_retransmits(&self) -> u64;
+
+    /// RC retransmission-timer expiries that led to a retry (simulated RNIC; 0 where the
+    /// device does not tell).
+    fn rc_timeouts(&self) -> u64;
 
     /// Datagrams and packets the NIC refused, by reason (`nic.*` for the socket's datagrams,
     /// `rnic.*` for the device's packets).
@@ -110,6 +120,10 @@ impl PingNic for SimNic {
         SimNic::start_capture(self)
     }
 
+    fn set_window_bytes(&mut self, bytes: u64) {
+        self.device_mut().set_max_unacked_bytes(bytes);
+    }
+
     fn take_capture(&mut self) -> Vec<Captured> {
         SimNic::take_capture(self)
     }
@@ -120,6 +134,10 @@ impl PingNic for SimNic {
 
     fn rc_retransmits(&self) -> u64 {
         self.device().counters().retries
+    }
+
+    fn rc_timeouts(&self) -> u64 {
+        self.device().counters().timeouts
     }
 
     fn describe(&self) -> String {
@@ -208,6 +226,10 @@ impl PingNic for HwNic {
     }
 
     fn rc_retransmits(&self) -> u64 {
+        0
+    }
+
+    fn rc_timeouts(&self) -> u64 {
         0
     }
 

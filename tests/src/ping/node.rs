@@ -13,7 +13,9 @@ use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
 use cm_core::engine::{CmConfig, IbCmState};
 use rnic_hw::HwOptions;
-use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
+use rnic_sim::fabric::udp::{
+    size_socket_buffers, SpawnedUdpDriver, UdpDriver, UdpHandle, SOCKET_BUFFER_BYTES,
+};
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
 use std::cell::{Cell, RefCell};
@@ -124,7 +126,20 @@ impl<N: PingNic> Node<N> {
         }
         let socket = std::net::UdpSocket::bind(bind)?;
         let addr = socket.local_addr()?;
+        let buffers = size_socket_buffers(&socket, SOCKET_BUFFER_BYTES);
+        if buffers.capped() {
+            eprintln!(
+                "warning: {addr}: UDP socket buffers {} KiB receive / {} KiB send, asked {} KiB \
+                 (capped by net.core.rmem_max / wmem_max): each QP keeps at most {} KiB in \
+                 flight",
+                buffers.recv >> 10,
+                buffers.send >> 10,
+                SOCKET_BUFFER_BYTES >> 10,
+                buffers.rc_window_bytes() >> 10
+            );
+        }
         let mut nic = N::open(name, addr, wire, device)?;
+        nic.set_window_bytes(buffers.rc_window_bytes());
         if capture {
             nic.start_capture();
         }
@@ -431,6 +446,7 @@ fn get_event<N: PingNic>(
 
 /// The node's wire counters since it started.
 fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
+    let udp = node.handle().stats();
     node.handle().with(|ep, _| {
         let host = ep.inner().host();
         let nic = host.nic().datagram_counters();
@@ -441,6 +457,9 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             other_client_drops: nic.rx_foreign_socket,
             cm_retransmits: host.cm().counters().tx_retransmits,
             rc_retransmits: host.nic().rc_retransmits(),
+            send_calls: udp.send_calls,
+            recv_calls: udp.recv_calls,
+            rc_timeouts: host.nic().rc_timeouts(),
             drops: drop_counters(host.cm().counters(), host.nic(), node),
         }
     })

@@ -104,6 +104,13 @@ pub struct WireRecord {
     pub cm_retransmits: u64,
     /// RC packets retransmitted after a transport timeout or NAK.
     pub rc_retransmits: u64,
+    /// Send system calls of the UDP driver (one per datagram, or per GSO batch of several).
+    pub send_calls: u64,
+    /// Receive system calls of the UDP driver that returned datagrams (`recvmmsg`).
+    pub recv_calls: u64,
+    /// RC retransmission-timer expiries that led to a retry (a subset of the causes of
+    /// `rc_retransmits`; 0 where the device does not tell).
+    pub rc_timeouts: u64,
     /// Input refused, by reason (`cm.rx_wrong_source`, `rnic.wrong_source`,
     /// `nic.peers_evicted`, `ping.clients_refused`, …): only the reasons that counted.
     pub drops: BTreeMap<String, u64>,
@@ -128,6 +135,9 @@ impl WireRecord {
                 .saturating_sub(start.other_client_drops),
             cm_retransmits: self.cm_retransmits.saturating_sub(start.cm_retransmits),
             rc_retransmits: self.rc_retransmits.saturating_sub(start.rc_retransmits),
+            send_calls: self.send_calls.saturating_sub(start.send_calls),
+            recv_calls: self.recv_calls.saturating_sub(start.recv_calls),
+            rc_timeouts: self.rc_timeouts.saturating_sub(start.rc_timeouts),
             drops: self
                 .drops
                 .iter()
@@ -263,14 +273,17 @@ impl PingReport {
         if let Some(t) = &self.throughput {
             let _ = writeln!(
                 s,
-                "  throughput: {} bytes in {:.3} s = {:.1} Mbit/s",
-                t.bytes, t.seconds, t.mbit_per_s
+                "  throughput: {} bytes in {:.3} s = {:.1} Mbit/s ({:.1} MB/s)",
+                t.bytes,
+                t.seconds,
+                t.mbit_per_s,
+                t.mbit_per_s / 8.0
             );
         }
         let w = &self.wire;
         let _ = writeln!(
             s,
-            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC",
+            "  wire: {} datagrams sent, {} received; dropped {}+{} (loss tx+rx), {}+{} (dead peer tx+rx), {} (other clients); retransmits: {} CM, {} RC ({} RC timeouts)",
             w.nic_tx,
             w.nic_rx,
             w.faults.dropped_tx,
@@ -279,7 +292,13 @@ impl PingReport {
             w.faults.killed_rx,
             w.other_client_drops,
             w.cm_retransmits,
-            w.rc_retransmits
+            w.rc_retransmits,
+            w.rc_timeouts
+        );
+        let _ = writeln!(
+            s,
+            "  system calls: {} sends, {} receives",
+            w.send_calls, w.recv_calls
         );
         if !w.drops.is_empty() {
             let list: Vec<String> = w.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -48,6 +48,8 @@ pub struct Session<'a, N: PingNic = SimNic> {
     params: Params,
     recvs: u32,
     kill_after: Option<u32>,
+    /// WRITEs kept outstanding (`--depth`, client `--op write`).
+    write_depth: u32,
     timeout: Duration,
     peer: SocketAddr,
     id: CmIdHandle,
@@ -94,6 +96,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             params,
             recvs,
             kill_after: side.kill_peer_after,
+            write_depth: side.depth,
             timeout: side.timeout,
             peer,
             id,
@@ -173,7 +176,7 @@ impl<'a, N: PingNic> Session<'a, N> {
     fn create_resources(&mut self) -> Result<(), Stop> {
         let pd = self.node.pd();
         let len = self.l.layout.len as usize;
-        let depth = Lobby::depth(self.recvs);
+        let depth = Lobby::depth(self.recvs) + self.write_depth;
         let (id, l_qp, l_cq) = (self.id, self.l.qp, self.l.cq);
         let comp = self.node.comp().clone();
         let res = self.h().with(|ep, _| {
@@ -441,6 +444,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             std::mem::take(&mut self.l),
         );
         d.pause_at = self.kill_after.filter(|k| *k < count);
+        d.depth = self.write_depth;
         let start = self.h().now();
         self.h().with(|ep, now| ep.inner_mut().start(d, now));
         let (node, ch, id) = (self.node, self.node.channel(), self.id);

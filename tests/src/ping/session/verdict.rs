@@ -81,10 +81,14 @@ impl<N: PingNic> Session<'_, N> {
         self.l.tally.errors = std::mem::take(&mut self.l.errors).into_iter().collect();
         let latency = latency(&mut self.rtts_ns);
         let throughput = self.data_ns.and_then(|(a, b)| {
-            let moved = match self.params.op {
-                PingOp::Write => u64::from(self.iterations) * u64::from(self.params.size),
-                _ => return None,
+            // Payload bytes the iterations carried, both directions: WRITE; SEND and its
+            // reply; WRITE, SEND, reply and READ.
+            let per_iteration = match self.params.op {
+                PingOp::Write => 1,
+                PingOp::Send => 2,
+                PingOp::All => 4,
             };
+            let moved = u64::from(self.iterations) * u64::from(self.params.size) * per_iteration;
             let seconds = b.saturating_sub(a) as f64 / 1e9;
             (seconds > 0.0).then(|| Throughput {
                 bytes: moved,

@@ -12,11 +12,17 @@
 //! * blocking, without a runtime of your own: [`UdpDriver::spawn`] runs the driver on its own
 //!   thread with a current-thread runtime and returns a [`SpawnedUdpDriver`].
 //!
-//! The loop: drain [`poll_transmit`](Endpoint::poll_transmit) into `send_to`, then wait for the
-//! first of a datagram ([`handle_datagram`](Endpoint::handle_datagram)), the endpoint's
+//! The loop: drain [`poll_transmit`](Endpoint::poll_transmit) onto the socket, then wait for
+//! the first of datagrams ([`handle_datagram`](Endpoint::handle_datagram)), the endpoint's
 //! deadline ([`handle_timeout`](Endpoint::handle_timeout)), a poke from a handle, or a stop.
-//! UDP is lossy by nature: a failed `send_to` drops the datagram and is counted, as the
-//! simulated fabric would drop it.
+//! UDP is lossy by nature: a failed send drops the datagram and is counted, as the simulated
+//! fabric would drop it.
+//!
+//! **Batching** (`batch.rs`): consecutive datagrams to one destination leave in one system call
+//! (UDP GSO), and one `recvmmsg` reads up to 32 messages, each possibly several coalesced
+//! datagrams (UDP GRO); all of them are handed to the endpoint before it is asked what to send,
+//! so one ACK answers the batch. The socket buffers are sized for the bursts the endpoint emits
+//! ([`SOCKET_BUFFER_BYTES`]), read back, and reported ([`UdpHandle::socket_buffers`]).
 //!
 //! **Latency.** On a [`spawn`](UdpDriver::spawn)ed driver, [`UdpHandle::with`] sends what the
 //! endpoint queued straight from the caller's thread (a clone of the socket, non-blocking,
@@ -31,20 +37,27 @@
 // and only here.
 #![allow(clippy::disallowed_methods)]
 
+mod batch;
+
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use verbs_core::SimTime;
 
 use super::Endpoint;
 use crate::roce::ROCE_V2_UDP_DPORT;
+use batch::{send_all, socket_state, RecvBufs};
+pub use batch::{size_socket_buffers, SocketBuffers, SOCKET_BUFFER_BYTES};
+use quinn_udp::UdpSocketState;
 
 /// The default local address: `127.0.0.1:4791` (the RoCEv2 port on loopback).
 pub const DEFAULT_BIND: SocketAddr =
@@ -56,7 +69,12 @@ pub const DEFAULT_BIND: SocketAddr =
 /// retransmission timer is further out than this — costs no thread wake-up.
 const IDLE_TICK: Duration = Duration::from_millis(10);
 
-/// The receive buffer size in bytes: the largest UDP payload.
+/// How long the driver keeps polling the socket after traffic before it sleeps
+/// (`UdpDriver::spin`): longer than a loopback round trip, short enough that an idle driver
+/// costs nothing. The CPU is yielded between tries.
+const BUSY_POLL: Duration = Duration::from_micros(50);
+
+/// The largest UDP payload in bytes.
 pub const MAX_DATAGRAM: usize = 65_535;
 
 /// Eight bytes of OS randomness (`/dev/urandom`): the default seed of a real-time driver, for
@@ -87,10 +105,15 @@ pub struct UdpStats {
     pub received: u64,
     /// Datagrams sent.
     pub sent: u64,
-    /// Datagrams dropped because `send_to` failed.
+    /// Datagrams dropped because the kernel refused to send them.
     pub send_errors: u64,
     /// Receive errors that were ignored (ICMP-induced `ECONNREFUSED`/`ECONNRESET`).
     pub recv_errors: u64,
+    /// Send system calls (`sendmsg`, each one datagram or one GSO batch): `sent / send_calls`
+    /// is the batching achieved.
+    pub send_calls: u64,
+    /// Receive system calls that returned data (`recvmmsg`, each up to 32 messages).
+    pub recv_calls: u64,
 }
 
 struct State<E> {
@@ -100,36 +123,30 @@ struct State<E> {
     stopped: bool,
     /// The deadline the driver loop sleeps on (`None`: none).
     armed: Option<SimTime>,
-    /// Datagrams waiting for the socket to become writable, in order.
+    /// Datagrams waiting to be sent (for the socket to become writable), in order.
     backlog: VecDeque<(SocketAddr, Bytes)>,
+    /// Where a GSO batch is assembled.
+    gso: Vec<u8>,
     /// Decides whether a datagram or timeout wakes the waiters (see
     /// [`UdpHandle::set_wake_filter`]); `None`: always.
     wake_filter: Option<WakeFilter<E>>,
 }
 
 impl<E: Endpoint> State<E> {
-    /// Sends, with the non-blocking `send`, what the endpoint has queued at `now`. Once a send
-    /// would block, the rest joins the backlog (and anything queued behind a backlog waits in
-    /// it), so datagrams leave in the order queued. Failed sends are counted and dropped, as
-    /// the network would drop them.
-    fn send_queued(
-        &mut self,
-        now: SimTime,
-        mut send: impl FnMut(&[u8], SocketAddr) -> io::Result<usize>,
-    ) {
-        while let Some((dst, bytes)) = self.endpoint.poll_transmit(now) {
-            if !self.backlog.is_empty() {
-                self.backlog.push_back((dst, bytes));
-                continue;
-            }
-            match send(&bytes, dst) {
-                Ok(_) => self.stats.sent += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.backlog.push_back((dst, bytes));
-                }
-                Err(_) => self.stats.send_errors += 1,
-            }
+    /// Sends, non-blocking and batched, the backlog and then what the endpoint has queued at
+    /// `now`, in that order. What the socket cannot take now stays in the backlog, in order.
+    /// Failed sends are counted and dropped, as the network would drop them.
+    fn send_queued(&mut self, now: SimTime, udp: &UdpSocketState, socket: &impl AsFd) {
+        while let Some(d) = self.endpoint.poll_transmit(now) {
+            self.backlog.push_back(d);
         }
+        send_all(
+            &mut self.backlog,
+            &mut self.stats,
+            &mut self.gso,
+            udp,
+            socket,
+        );
     }
 }
 
@@ -141,22 +158,40 @@ struct Shared<E> {
     state: Mutex<State<E>>,
     /// The driver thread wants the lock: handles let it in first (see [`Shared::lock`]).
     driver_waiting: AtomicBool,
+    /// A handle woke the driver ([`Shared::wake`]) since the driver last looked: ends a busy
+    /// poll.
+    poked: AtomicBool,
     /// The wall-clock epoch: `SimTime::ZERO`.
     epoch: Instant,
     /// Wakes blocking waiters after every change.
     changed: Condvar,
+    /// Counts the changes waiters are told of: what a busy-polling waiter watches.
+    changes: AtomicU64,
     /// Wakes async waiters after every change.
     changed_async: tokio::sync::Notify,
     /// Wakes the driver loop (a handle touched the endpoint or asked to stop).
     wake: tokio::sync::Notify,
     /// A clone of the socket for sending from handles' threads (spawned drivers only).
     direct: Option<std::net::UdpSocket>,
+    /// quinn-udp's state of the socket (GSO support), for every sending thread.
+    udp: UdpSocketState,
+    /// What the kernel granted for the socket's buffers.
+    buffers: SocketBuffers,
 }
 
 impl<E> Shared<E> {
-    fn new(endpoint: E, direct: Option<std::net::UdpSocket>) -> Arc<Self> {
-        Arc::new(Shared {
+    /// The shared state of a driver on `socket`: quinn-udp's socket state, and the buffers
+    /// sized to [`SOCKET_BUFFER_BYTES`].
+    fn new(
+        endpoint: E,
+        socket: &impl AsFd,
+        direct: Option<std::net::UdpSocket>,
+    ) -> io::Result<Arc<Self>> {
+        let udp = socket_state(socket)?;
+        let buffers = size_socket_buffers(socket, SOCKET_BUFFER_BYTES);
+        Ok(Arc::new(Shared {
             driver_waiting: AtomicBool::new(false),
+            poked: AtomicBool::new(false),
             state: Mutex::new(State {
                 endpoint,
                 stats: UdpStats::default(),
@@ -164,14 +199,18 @@ impl<E> Shared<E> {
                 stopped: false,
                 armed: None,
                 backlog: VecDeque::new(),
+                gso: Vec::new(),
                 wake_filter: None,
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
+            changes: AtomicU64::new(0),
             changed_async: tokio::sync::Notify::new(),
             wake: tokio::sync::Notify::new(),
             direct,
-        })
+            udp,
+            buffers,
+        }))
     }
 
     /// The state, for a handle; a panic in another holder does not make it unusable.
@@ -212,7 +251,14 @@ impl<E> Shared<E> {
         tokio::time::Instant::from_std(at)
     }
 
+    /// Wakes the driver loop (and ends its busy poll).
+    fn poke(&self) {
+        self.poked.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
     fn notify_changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
         self.changed.notify_all();
         self.changed_async.notify_waiters();
     }
@@ -240,6 +286,11 @@ impl<E> UdpHandle<E> {
         self.shared.lock().stats
     }
 
+    /// The socket buffer sizes the kernel granted (see [`SOCKET_BUFFER_BYTES`]).
+    pub fn socket_buffers(&self) -> SocketBuffers {
+        self.shared.buffers
+    }
+
     /// Wake [`wait_until`](Self::wait_until) waiters after a datagram or timeout only when
     /// `filter` (run by the driver, under the endpoint lock, after the endpoint handled it)
     /// returns true — e.g. "a completion channel got an event or a CM event is queued" — so
@@ -254,7 +305,7 @@ impl<E> UdpHandle<E> {
     /// closed. The endpoint stays readable through the handle.
     pub fn stop(&self) {
         self.shared.lock().stop_requested = true;
-        self.shared.wake.notify_one();
+        self.shared.poke();
     }
 
     /// Whether the driver loop has ended.
@@ -293,7 +344,7 @@ impl<E> UdpHandle<E> {
                     let st = &mut *st;
                     let now = self.shared.now();
                     let blocked = !st.backlog.is_empty();
-                    st.send_queued(now, |b, dst| socket.send_to(b, dst));
+                    st.send_queued(now, &self.shared.udp, socket);
                     let earlier = match (st.endpoint.poll_timeout(), st.armed) {
                         (Some(t), Some(a)) => t < a,
                         (Some(_), None) => true,
@@ -307,7 +358,7 @@ impl<E> UdpHandle<E> {
             (r, wake)
         };
         if wake {
-            self.shared.wake.notify_one();
+            self.shared.poke();
         }
         self.shared.notify_changed();
         r
@@ -324,12 +375,31 @@ impl<E> UdpHandle<E> {
     /// Blocks until `cond` holds for the endpoint (checked after every event the driver
     /// handles), the driver stops, or `timeout` passes. Returns whether `cond` holds. Not for
     /// use on a runtime thread: use [`wait_until_async`](Self::wait_until_async) there.
+    ///
+    /// For up to [`BUSY_POLL`] it watches for changes without sleeping (yielding the CPU), as
+    /// the driver does for datagrams: an answer that comes within microseconds costs no
+    /// thread wake-up.
     pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&E) -> bool) -> bool {
+        let start = Instant::now();
+        let mut seen = None;
+        while start.elapsed() < BUSY_POLL.min(timeout) {
+            let changes = self.shared.changes.load(Ordering::Acquire);
+            if seen == Some(changes) {
+                std::thread::yield_now();
+                continue;
+            }
+            seen = Some(changes);
+            let st = self.shared.lock();
+            if st.stopped || cond(&st.endpoint) {
+                return cond(&st.endpoint);
+            }
+        }
         let guard = self.shared.lock();
+        let rest = timeout.saturating_sub(start.elapsed());
         let (guard, _) = self
             .shared
             .changed
-            .wait_timeout_while(guard, timeout, |st| !st.stopped && !cond(&st.endpoint))
+            .wait_timeout_while(guard, rest, |st| !st.stopped && !cond(&st.endpoint))
             .unwrap_or_else(PoisonError::into_inner);
         cond(&guard.endpoint)
     }
@@ -376,7 +446,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn from_socket(endpoint: E, socket: UdpSocket) -> io::Result<Self> {
         let local_addr = socket.local_addr()?;
         Ok(UdpDriver {
-            shared: Shared::new(endpoint, None),
+            shared: Shared::new(endpoint, &socket, None)?,
             socket,
             local_addr,
         })
@@ -404,7 +474,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn spawn(endpoint: E, socket: std::net::UdpSocket) -> io::Result<SpawnedUdpDriver<E>> {
         socket.set_nonblocking(true)?;
         let local_addr = socket.local_addr()?;
-        let shared = Shared::new(endpoint, Some(socket.try_clone()?));
+        let shared = Shared::new(endpoint, &socket, Some(socket.try_clone()?))?;
         let handle = UdpHandle {
             shared: Arc::clone(&shared),
             local_addr,
@@ -453,7 +523,8 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
 
     async fn run_loop(self) -> io::Result<()> {
         let shared = &self.shared;
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut recv = RecvBufs::new();
+        let mut spin_until: Option<SimTime> = None;
         loop {
             // Send the backlog, then what the endpoint wants to send, and read its deadline
             // (no await under the lock; non-blocking sends keep the order queued).
@@ -462,17 +533,9 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 if st.stop_requested {
                     return Ok(());
                 }
-                let st = &mut *st;
-                while let Some((dst, bytes)) = st.backlog.front() {
-                    match self.socket.try_send_to(bytes, *dst) {
-                        Ok(_) => st.stats.sent += 1,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => st.stats.send_errors += 1,
-                    }
-                    st.backlog.pop_front();
-                }
+                shared.poked.store(false, Ordering::Release);
                 let now = shared.now();
-                st.send_queued(now, |b, dst| self.socket.try_send_to(b, dst));
+                st.send_queued(now, &shared.udp, &self.socket);
                 // Sleep until the endpoint's deadline, but at most IDLE_TICK: then a handle
                 // whose call sets a deadline later than that need not wake the driver.
                 let tick = now.plus_nanos(IDLE_TICK.as_nanos() as u64);
@@ -481,6 +544,22 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 (wake, !st.backlog.is_empty())
             };
 
+            // Busy poll: for a moment after traffic, look for the next datagrams without going
+            // to sleep (a peer's answer usually comes within a few µs; waking from the
+            // kernel's idle state costs more than that).
+            if let Some(until) = spin_until {
+                match self.spin(&mut recv, until.min(deadline)) {
+                    Ok(true) => {
+                        if self.deliver(&recv) {
+                            shared.notify_changed();
+                        }
+                        spin_until = Some(shared.now().plus_nanos(BUSY_POLL.as_nanos() as u64));
+                        continue;
+                    }
+                    Ok(false) => spin_until = None,
+                    Err(e) => return Err(e),
+                }
+            }
             let wake_at = shared.instant(deadline);
             let visible = |st: &mut State<E>| {
                 let State {
@@ -491,14 +570,14 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 wake_filter.as_mut().is_none_or(|f| f(endpoint))
             };
             let wake_waiters = tokio::select! {
-                r = self.socket.recv_from(&mut buf) => match r {
-                    Ok((n, src)) => {
-                        let bytes = Bytes::copy_from_slice(&buf[..n]);
-                        let mut st = shared.lock_driver();
-                        st.endpoint.handle_datagram(shared.now(), src, bytes);
-                        st.stats.received += 1;
-                        visible(&mut st)
+                r = self.socket.readable() => match r.and_then(|()| {
+                    self.socket.try_io(Interest::READABLE, || recv.recv(&shared.udp, &self.socket))
+                }) {
+                    Ok(_) => {
+                        spin_until = Some(shared.now().plus_nanos(BUSY_POLL.as_nanos() as u64));
+                        self.deliver(&recv)
                     }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
                     Err(e) if is_icmp_error(&e) => {
                         shared.lock_driver().stats.recv_errors += 1;
                         false
@@ -526,6 +605,45 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 shared.notify_changed();
             }
         }
+    }
+}
+
+impl<E: Endpoint> UdpDriver<E> {
+    /// Hands every datagram of the last receive to the endpoint — all of them before the
+    /// endpoint is asked what to send (the loop's top), so one ACK answers them all. Returns
+    /// whether waiters should be woken.
+    fn deliver(&self, recv: &RecvBufs) -> bool {
+        let mut st = self.shared.lock_driver();
+        let now = self.shared.now();
+        for (src, d) in recv.datagrams() {
+            st.endpoint
+                .handle_datagram(now, src, Bytes::copy_from_slice(d));
+            st.stats.received += 1;
+        }
+        st.stats.recv_calls += 1;
+        let State {
+            endpoint,
+            wake_filter,
+            ..
+        } = &mut *st;
+        wake_filter.as_mut().is_none_or(|f| f(endpoint))
+    }
+
+    /// Polls the socket without sleeping, yielding the CPU between tries, until datagrams
+    /// arrive (`Ok(true)`), or `until` passes or a handle asks for the driver (`Ok(false)`).
+    /// Reads the socket directly, not through tokio (whose readiness only changes when the
+    /// runtime polls).
+    fn spin(&self, recv: &mut RecvBufs, until: SimTime) -> io::Result<bool> {
+        let shared = &self.shared;
+        while shared.now() < until && !shared.poked.load(Ordering::Acquire) {
+            match recv.recv(&shared.udp, &self.socket) {
+                Ok(_) => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) if is_icmp_error(&e) => shared.lock_driver().stats.recv_errors += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
     }
 }
 

@@ -1,0 +1,270 @@
+//! `rnic bench`: issue 13's goals, each rnic figure next to a baseline measured in the same run
+//! on the same machine, as a ratio table (docs/performance.md, "Issue 13: the ratio table").
+//!
+//! | measure ([`measure::Measure`]) | baseline | goal |
+//! |---|---|---|
+//! | `rnic ping --op write --size 65536 --mtu 4096` (two processes, `--depth` when `rnic ping` has it), MB/s | TCP stream of 64 KiB writes between two processes ([`baseline::tcp_stream`]) | ≥ 0.5× |
+//! | 1 MiB WRITEs with Linux's timers | — | all pass, 0 RC retransmissions and timeouts |
+//! | `rnic ping --op send --size 64`, median RTT | UDP ping-pong of 64 B between two processes ([`baseline::udp_pingpong`]) | ≤ 1.5× |
+//! | CM connect+disconnect per second, two processes ([`cm`]) | TCP connect+close per second ([`baseline::tcp_connect_close`]) | ≥ 0.8× |
+//! | in-process RDMA WRITE of 64 KiB, ICRC checked ([`inproc`]), GB/s | memcpy of 64 MiB; (memcpy of 64 KiB in cache, for reference) ([`baseline::memcpy_bytes_per_s`]) | ≥ 0.5× |
+//! | `rnic explore --jobs 1` scenarios/s | — | ≥ 20 000/s |
+//!
+//! The rnic figures come from the real commands: `rnic ping --listen` / `--connect` and
+//! `rnic explore` processes of the same binary, read through their `--json` output
+//! ([`rnic_cmd`]). Every baseline's far end is a process too: `rnic bench-peer ROLE`
+//! ([`peer`]; hidden from `--help`). `--rounds` rounds, the measures interleaved round by
+//! round so that load hits a figure and its baseline alike; the table gives the median of the
+//! rounds ([`table`]), then every round's figures. Progress goes to stderr.
+//!
+//! The capi bench (`tests/benches/capi.rs`) uses the same baselines and peers.
+
+pub mod baseline;
+pub mod cm;
+pub mod inproc;
+pub mod measure;
+pub mod peer;
+pub mod process;
+pub mod rnic_cmd;
+pub mod stats;
+pub mod table;
+
+use measure::{Config, Measure, Sizes};
+use serde::Serialize;
+use std::path::Path;
+use table::{render, render_rounds, Row, RowSummary};
+
+/// Why a measurement could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A socket, pipe or process call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A verbs or rdma_cm call failed.
+    #[error("{what}: {source}")]
+    Verbs {
+        /// The call.
+        what: &'static str,
+        /// Its error.
+        #[source]
+        source: verbs_core::Error,
+    },
+    /// A process of the measurement failed, did not start, or did not finish in time.
+    #[error("{0}")]
+    Process(String),
+    /// A measurement went wrong: a check failed, a figure is missing, an event was unexpected.
+    #[error("{0}")]
+    Measure(String),
+    /// A bad option.
+    #[error("{0}")]
+    Options(String),
+}
+
+impl BenchError {
+    /// An [`Io`](BenchError::Io) error while doing `what`.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> BenchError {
+        BenchError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// The [`BenchError::Verbs`] error of the call `what`.
+fn verbs(what: &'static str) -> impl FnOnce(verbs_core::Error) -> BenchError {
+    move |source| BenchError::Verbs { what, source }
+}
+
+/// `rnic bench` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Rounds of every measure; the table gives the median of the rounds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Run only these measures (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "MEASURES")]
+    pub only: Vec<Measure>,
+    /// Print the result as one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Outstanding WRITEs of the WRITE pings (`rnic ping --depth N`), when `rnic ping` has
+    /// `--depth`; without it the WRITEs go one at a time.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub depth: u32,
+    /// 64 KiB WRITEs per round of `write-stream` (the TCP stream sends as many bytes).
+    #[arg(long, default_value_t = 10_000, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub write_count: u32,
+    /// 1 MiB WRITEs per round of `write-1m`.
+    #[arg(long, default_value_t = 100, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub big_count: u32,
+    /// Timed round trips per round of `send-rtt` (and of its UDP baseline).
+    #[arg(long, default_value_t = 10_000, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub rtt_count: u32,
+    /// Timed connect+disconnect cycles per round of `cm` (and of TCP connect+close).
+    #[arg(long, default_value_t = 2_000, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub cm_cycles: u32,
+    /// Timed 64 KiB WRITEs per round of `inproc`.
+    #[arg(long, default_value_t = 20_000, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub inproc_writes: u32,
+    /// Seeds per round of `explore`.
+    #[arg(long, default_value_t = 20_000, help_heading = "Sizes of a round",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub explore_seeds: u64,
+}
+
+/// The machine a run measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Machine {
+    /// The CPU's model name (`/proc/cpuinfo`; `unknown` elsewhere).
+    pub cpu: String,
+    /// CPUs this process may run on.
+    pub cpus: usize,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn this() -> Machine {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        Machine { cpu, cpus }
+    }
+}
+
+/// What `rnic bench --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchReport {
+    /// Where it ran.
+    pub machine: Machine,
+    /// Rounds of every measure.
+    pub rounds: u32,
+    /// The WRITE pings' `--depth` (`None`: `rnic ping` has none; one WRITE at a time).
+    pub depth: Option<u32>,
+    /// One summary per row of the table.
+    pub rows: Vec<RowSummary>,
+}
+
+impl BenchReport {
+    /// The report as text: a header (machine, units), the ratio table, every round's figures.
+    pub fn to_text(&self) -> String {
+        let depth = match self.depth {
+            Some(d) => format!("WRITE pings with --depth {d}"),
+            None => "this rnic ping has no --depth: WRITEs one at a time".into(),
+        };
+        format!(
+            "rnic bench: median of {} round(s); {}, {} CPU(s); {depth}\n\
+             MB = 10^6 bytes, GB = 10^9 bytes; ratio = rnic / baseline\n\n{}\n{}",
+            self.rounds,
+            self.machine.cpu,
+            self.machine.cpus,
+            render(&self.rows),
+            render_rounds(&self.rows)
+        )
+    }
+}
+
+/// Runs the measures `args` selects, `args.rounds` times each, interleaved; `rnic` is the
+/// path of the `rnic` binary (for its subcommands and the peers). Progress on stderr.
+///
+/// # Errors
+/// The first measurement that failed ([`BenchError`]).
+pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
+    let mut measures = if args.only.is_empty() {
+        Measure::ALL.to_vec()
+    } else {
+        args.only.clone()
+    };
+    measures.sort();
+    measures.dedup();
+    let writes = measures
+        .iter()
+        .any(|m| matches!(m, Measure::WriteStream | Measure::Write1m));
+    let depth = if writes && rnic_cmd::ping_has_depth(rnic)? {
+        Some(args.depth)
+    } else {
+        if writes {
+            eprintln!("rnic bench: `rnic ping` has no --depth: the WRITE pings keep one in flight");
+        }
+        None
+    };
+    let cfg = Config {
+        rnic: rnic.to_path_buf(),
+        depth,
+        sizes: Sizes {
+            write_count: args.write_count,
+            big_count: args.big_count,
+            rtt_count: args.rtt_count,
+            cm_cycles: args.cm_cycles,
+            inproc_writes: args.inproc_writes,
+            explore_seeds: args.explore_seeds,
+        },
+    };
+    let mut rows: Vec<(Measure, Vec<Row>)> = measures.iter().map(|&m| (m, m.rows(&cfg))).collect();
+    for round in 1..=args.rounds {
+        for (m, rows) in &mut rows {
+            eprintln!("rnic bench: round {round}/{}: {} …", args.rounds, m.name());
+            let said = m.round(&cfg, rows)?;
+            eprintln!(
+                "rnic bench: round {round}/{}: {}: {said}",
+                args.rounds,
+                m.name()
+            );
+        }
+    }
+    Ok(BenchReport {
+        machine: Machine::this(),
+        rounds: args.rounds,
+        depth,
+        rows: rows
+            .iter()
+            .flat_map(|(_, rows)| rows.iter().map(Row::summary))
+            .collect(),
+    })
+}
+
+/// `rnic bench`: runs, prints the report (text or `--json`) on stdout; returns the exit code:
+/// 0 when every measurement was made (met goals or not), 1 when one failed.
+pub fn main(args: &BenchArgs, rnic: &Path) -> u8 {
+    match run(args, rnic) {
+        Ok(report) => {
+            let text = if args.json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => s + "\n",
+                    Err(e) => {
+                        eprintln!("rnic bench: {e}");
+                        return 1;
+                    }
+                }
+            } else {
+                report.to_text()
+            };
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (`rnic bench | head`) loses the report, nothing else.
+            let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+            0
+        }
+        Err(e) => {
+            eprintln!("rnic bench: {e}");
+            1
+        }
+    }
+}
