@@ -1,7 +1,7 @@
 //! Payloads read from registered memory when their packet leaves the device, as an RNIC reads
 //! them by DMA: RC SEND/WRITE request packets (the send WQE's SGE list) and RDMA READ
 //! responses (the target region). No copy of the message is kept: a (re)transmitted packet
-//! reads the bytes again [rxe_req.c: `finish_packet` → `rxe_copy_data` per packet, also on
+//! reads the bytes again [rxe_req.c: `finish_packet` → `copy_data` per packet, also on
 //! retry]. The rule that makes this indistinguishable from a snapshot taken when the WQE
 //! starts: "The buffers used by a WR can only be safely reused after … the request is fully
 //! executed and a work completion has been retrieved from the corresponding completion queue"

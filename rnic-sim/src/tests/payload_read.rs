@@ -141,7 +141,7 @@ fn a_retransmission_reads_the_region_again() {
 
 /// The source region deregistered while its WRITE is outstanding: the retransmission finds
 /// no region, the WR completes with LOC_PROT_ERR and the QP enters ERR [rxe_req.c
-/// `finish_packet` → `rxe_copy_data` failure].
+/// `finish_packet` → `copy_data` failure].
 #[test]
 fn a_source_region_deregistered_before_a_retransmission_is_loc_prot_err() {
     let (mut a, mut b) = lost_write();
