@@ -90,7 +90,9 @@ impl Gather {
             left -= take;
             skip = 0;
         }
-        (left == 0).then_some(())?;
+        if left > 0 {
+            return None;
+        }
         Some(Gather {
             first: first?,
             rest: spans,
