@@ -9,7 +9,10 @@
 //! * `transport_write_64k`: one signaled 64 KiB RDMA WRITE per iteration at path MTU 4096
 //!   (16 packets, one coalesced ACK), posted, pumped to quiescence and its completion polled;
 //!   ICRC computed on send and checked on receive (`icrc_on`) or not checked (`icrc_off`),
-//!   against a 64 KiB `memcpy` baseline in the same group.
+//!   against two `memcpy` baselines in the same group, both between page-aligned buffers:
+//!   64 KiB (stays in L2: `memcpy_64kib`) and 64 MiB (memory bandwidth: `memcpy_64mib`).
+//!   The RNIC's regions are page aligned too (device-owned memory is aligned as its virtual
+//!   address), so no figure depends on where the heap put a buffer.
 //! * `transport_send_64b`: 64-byte SENDs in batches of [`SEND_BATCH`] posted with one
 //!   `post_send` call, every [`SIGNAL_EVERY`]th signaled; the receiver's receive queue is
 //!   replenished from its CQ after every batch and both CQs are polled in batches.
@@ -25,7 +28,8 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use rnic_sim::fabric::{Endpoint, FaultPlan, PathFaults, RunOutcome, SimFabric, Simulation};
 use rnic_sim::nic::SimNic;
 use rnic_sim::{SimDevice, SimDeviceConfig};
@@ -45,6 +49,8 @@ const SEND_BATCH: usize = 64;
 const SIGNAL_EVERY: usize = 16;
 /// Send/receive queue depth and CQ size.
 const DEPTH: u32 = 1024;
+/// The alignment of the memcpy baselines' buffers (the device aligns its own regions so too).
+const PAGE: usize = 4096;
 
 /// One side: a NIC with one RC QP, its CQs and one registered region.
 struct Side {
@@ -146,18 +152,52 @@ fn drain(nic: &mut SimNic, cq: CqHandle, wcs: &mut Vec<WorkCompletion>) -> usize
     n
 }
 
-fn bench_write(c: &mut Criterion) {
-    let mut g = c.benchmark_group("transport_write_64k");
-    g.throughput(Throughput::Bytes(WRITE_LEN as u64));
+/// `len` bytes of `fill` starting at a page boundary, in safe code: an over-allocated `Vec` and
+/// the offset of its first page-aligned byte.
+struct PageAligned {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
 
-    g.bench_function("memcpy_baseline", |bch| {
-        let src: Vec<u8> = (0..WRITE_LEN).map(|i| i as u8).collect();
-        let mut dst = vec![0u8; WRITE_LEN];
+impl PageAligned {
+    fn new(len: usize, fill: u8) -> Self {
+        let buf = vec![fill; len + PAGE];
+        let start = buf.as_ptr().align_offset(PAGE);
+        assert!(start < PAGE, "cannot align");
+        PageAligned { buf, start, len }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// One `copy_from_slice` of `len` bytes between two page-aligned buffers, per iteration.
+fn bench_memcpy(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, len: usize) {
+    g.throughput(Throughput::Bytes(len as u64));
+    g.bench_function(name, |bch| {
+        let src = PageAligned::new(len, 0x5a);
+        let mut dst = PageAligned::new(len, 0);
         bch.iter(|| {
-            dst.copy_from_slice(black_box(&src));
-            black_box(&dst);
+            dst.as_mut_slice()
+                .copy_from_slice(black_box(src.as_slice()));
+            black_box(dst.as_slice());
         })
     });
+}
+
+fn bench_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("transport_write_64k");
+    bench_memcpy(&mut g, "memcpy_64kib", WRITE_LEN);
+    // 64 MiB: out of every cache but L3 (the machine's is 480 MiB, shared); fewer samples,
+    // each ~10 ms.
+    g.sample_size(20);
+    bench_memcpy(&mut g, "memcpy_64mib", 64 << 20);
+    g.sample_size(100);
+    g.throughput(Throughput::Bytes(WRITE_LEN as u64));
 
     for (name, check) in [("rdma_write_icrc_on", true), ("rdma_write_icrc_off", false)] {
         g.bench_function(name, |bch| {

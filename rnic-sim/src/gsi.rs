@@ -9,7 +9,6 @@
 
 use crate::device::{SimDevice, Transmit};
 use crate::psn::psn_add;
-use crate::rc::bare_packet;
 use crate::roce::{Deth, Opcode, Packet};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -105,7 +104,7 @@ impl GsiEndpoint for SimDevice {
 /// `psn`, a DETH with Q_Key [`GSI_QKEY`] and source QP [`GSI_QPN`], and `payload` (cm-spec
 /// §1.2, §1.3). What a hardware backend, whose QP1 the kernel owns, puts on its CM socket too.
 pub fn gsi_packet(dest_qp: u32, psn: u32, payload: Bytes) -> Packet {
-    let mut p = bare_packet(Opcode::UdSendOnly, dest_qp, psn, payload);
+    let mut p = Packet::bare(Opcode::UdSendOnly, dest_qp, psn, payload);
     p.deth = Some(Deth {
         qkey: GSI_QKEY,
         src_qp: GSI_QPN,

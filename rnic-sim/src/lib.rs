@@ -9,8 +9,10 @@
 //! Memory regions own their bytes, or are backed by the caller's memory through
 //! [`ExternalMemory`] ([`SimDevice::reg_mr_external`]).
 
+mod copy;
 mod cq;
 mod device;
+mod gather;
 mod gsi;
 mod ids;
 mod memory;

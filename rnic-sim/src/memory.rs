@@ -11,6 +11,8 @@
 //! rnic-sim stays free of `unsafe`: the implementation over a raw pointer (the C ABI's) lives
 //! outside, behind this trait.
 
+use crate::copy;
+use bytes::BytesMut;
 use std::fmt;
 use std::sync::Arc;
 
@@ -67,6 +69,59 @@ pub trait ExternalMemory: Send + Sync + fmt::Debug {
     fn write(&self, offset: usize, data: &[u8]);
 }
 
+/// The largest alignment of device-owned bytes: a page, as the region's virtual address.
+const PAGE: usize = 4096;
+
+/// Device-owned bytes, zero-filled, whose first byte is aligned as the region's virtual address
+/// is (a page; a smaller region to its length rounded up to a power of two, at least 64
+/// bytes): copies into and out of it then see the alignment a buffer from the page allocator
+/// has, and their speed does not depend on where the heap put it (see crate `copy`). Safe
+/// code: an over-allocated `Vec` and the offset of its first aligned byte.
+#[derive(Debug)]
+pub(crate) struct OwnedBytes {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl OwnedBytes {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        let align = len
+            .checked_next_power_of_two()
+            .unwrap_or(PAGE)
+            .clamp(64, PAGE);
+        let buf = vec![0; len.saturating_add(align - 1)];
+        // `align_offset` may decline (usize::MAX); the bytes are then merely unaligned.
+        let start = buf.as_ptr().align_offset(align);
+        let start = if start < align { start } else { 0 };
+        OwnedBytes { buf, start, len }
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf
+            .get(self.start..self.start + self.len)
+            .unwrap_or(&[])
+    }
+
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buf
+            .get_mut(self.start..self.start + self.len)
+            .unwrap_or(&mut [])
+    }
+}
+
+impl Clone for OwnedBytes {
+    /// A copy in a new, again aligned, allocation.
+    fn clone(&self) -> Self {
+        let mut c = OwnedBytes::zeroed(self.len);
+        c.as_mut_slice().copy_from_slice(self.as_slice());
+        c
+    }
+}
+
 /// The bytes of one memory region: owned by the device, or caller-supplied.
 ///
 /// `Clone` copies an owned backing and shares an external one (the `Arc`; see
@@ -75,7 +130,7 @@ pub trait ExternalMemory: Send + Sync + fmt::Debug {
 pub(crate) enum MrMemory {
     /// Device-owned bytes ([`Device::reg_mr`](verbs_core::Device::reg_mr)), zero-filled at
     /// registration.
-    Owned(Vec<u8>),
+    Owned(OwnedBytes),
     /// Caller-supplied memory and its length as read at registration.
     External {
         /// The memory.
@@ -86,6 +141,11 @@ pub(crate) enum MrMemory {
 }
 
 impl MrMemory {
+    /// A device-owned backing of `len` zero bytes.
+    pub fn owned(len: usize) -> Self {
+        MrMemory::Owned(OwnedBytes::zeroed(len))
+    }
+
     /// An external backing; reads `memory.len()` once.
     pub fn external(memory: Arc<dyn ExternalMemory>) -> Self {
         let len = memory.len();
@@ -95,7 +155,7 @@ impl MrMemory {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         match self {
-            MrMemory::Owned(v) => v.len(),
+            MrMemory::Owned(v) => v.len,
             MrMemory::External { len, .. } => *len,
         }
     }
@@ -110,7 +170,7 @@ impl MrMemory {
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Option<()> {
         let end = self.end(offset, buf.len())?;
         match self {
-            MrMemory::Owned(v) => buf.copy_from_slice(v.get(offset..end)?),
+            MrMemory::Owned(v) => copy::copy(buf, v.as_slice().get(offset..end)?),
             MrMemory::External { memory, .. } => memory.read(offset, buf),
         }
         Some(())
@@ -122,7 +182,7 @@ impl MrMemory {
     pub fn read_into(&self, offset: usize, n: usize, out: &mut Vec<u8>) -> Option<()> {
         let end = self.end(offset, n)?;
         match self {
-            MrMemory::Owned(v) => out.extend_from_slice(v.get(offset..end)?),
+            MrMemory::Owned(v) => copy::append_vec(out, v.as_slice().get(offset..end)?),
             MrMemory::External { memory, .. } => {
                 let start = out.len();
                 out.resize(start + n, 0);
@@ -132,13 +192,95 @@ impl MrMemory {
         Some(())
     }
 
+    /// The `n` bytes at `offset`, to be read later ([`Source::append_to`]); `None` when the
+    /// range leaves the backing.
+    pub fn source(&self, offset: usize, n: usize) -> Option<Source<'_>> {
+        let end = self.end(offset, n)?;
+        Some(match self {
+            MrMemory::Owned(v) => Source::Slice(v.as_slice().get(offset..end)?),
+            MrMemory::External { memory, .. } => Source::External {
+                memory: memory.as_ref(),
+                offset,
+                len: n,
+            },
+        })
+    }
+
     /// Copies `data` to `offset`; `None` (nothing written) when the range leaves the backing.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Option<()> {
         let end = self.end(offset, data.len())?;
         match self {
-            MrMemory::Owned(v) => v.get_mut(offset..end)?.copy_from_slice(data),
+            MrMemory::Owned(v) => copy::copy(v.as_mut_slice().get_mut(offset..end)?, data),
             MrMemory::External { memory, .. } => memory.write(offset, data),
         }
         Some(())
+    }
+}
+
+/// A run of a backing's bytes, found and bounds-checked, not yet copied: a slice of device-owned
+/// bytes, or a range of external memory (read through [`ExternalMemory::read`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Source<'a> {
+    /// Device-owned bytes.
+    Slice(&'a [u8]),
+    /// `len` bytes at `offset` of caller-supplied memory, inside its registered length.
+    External {
+        /// The memory.
+        memory: &'a dyn ExternalMemory,
+        /// First byte.
+        offset: usize,
+        /// Byte count.
+        len: usize,
+    },
+}
+
+impl Source<'_> {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Source::Slice(s) => s.len(),
+            Source::External { len, .. } => *len,
+        }
+    }
+
+    /// Appends the bytes to `out`: one copy, straight from the backing.
+    pub fn append_to(&self, out: &mut BytesMut) {
+        match *self {
+            Source::Slice(s) => copy::append(out, s),
+            Source::External {
+                memory,
+                offset,
+                len,
+            } => {
+                let at = out.len();
+                out.resize(at + len, 0);
+                if let Some(dst) = out.get_mut(at..) {
+                    memory.read(offset, dst);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_bytes_are_aligned_as_a_page_or_their_length_and_so_are_clones() {
+        for (len, align) in [(0, 64), (10, 64), (200, 256), (4096, 4096), (100_000, 4096)] {
+            let mut b = OwnedBytes::zeroed(len);
+            assert_eq!(b.as_slice().len(), len);
+            assert!(b.as_slice().iter().all(|&x| x == 0));
+            assert_eq!(b.as_slice().as_ptr() as usize % align, 0, "len {len}");
+            b.as_mut_slice().fill(7);
+            let c = b.clone();
+            assert_eq!(
+                c.as_slice().as_ptr() as usize % align,
+                0,
+                "clone of len {len}"
+            );
+            assert_eq!(c.as_slice(), b.as_slice());
+        }
     }
 }

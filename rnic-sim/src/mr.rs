@@ -189,8 +189,7 @@ impl MrTable {
         let addr = self.next_va;
         let span = (length as u64).div_ceil(PAGE).checked_mul(PAGE)?;
         self.next_va = addr.checked_add(span)?.checked_add(PAGE)?;
-        let (index, lkey, rkey) =
-            self.register_at(pd, addr, access, MrMemory::Owned(vec![0; length]))?;
+        let (index, lkey, rkey) = self.register_at(pd, addr, access, MrMemory::owned(length))?;
         Some((index, addr, lkey, rkey))
     }
 
@@ -370,6 +369,22 @@ impl MrTable {
                 .ok_or(ScatterError::Protection)?;
         }
         Ok(())
+    }
+
+    /// Checks that every SGE of a list is readable local memory of `pd` (a SEND/WRITE source:
+    /// lkey, PD, bounds; the checks of [`gather`](Self::gather)), without reading.
+    /// Zero-length SGEs are not checked.
+    pub fn check_readable(&self, pd: u32, sges: &[Sge]) -> bool {
+        sges.iter().filter(|s| s.length > 0).all(|s| {
+            self.check_local(
+                pd,
+                s.lkey,
+                s.addr,
+                u64::from(s.length),
+                AccessFlags::empty(),
+            )
+            .is_some()
+        })
     }
 
     /// Checks that every SGE of a list is writable local memory of `pd` (READ/atomic targets),

@@ -9,6 +9,7 @@
 use crate::device::SimDevice;
 use crate::fabric::Endpoint;
 use crate::peers::PeerTable;
+use crate::roce::codec::encode_from;
 use crate::roce::{decode_bytes, encode, Flow, ROCE_V2_UDP_DPORT};
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -193,9 +194,7 @@ impl SimNic {
     /// The socket datagrams to `gid` go to: the one [`set_peer_addr`](Self::set_peer_addr)
     /// gave, else the GID's IP on UDP port 4791.
     pub fn peer_addr(&self, gid: Gid) -> SocketAddr {
-        self.peers
-            .addr(gid)
-            .unwrap_or_else(|| SocketAddr::new(gid.to_ip(), ROCE_V2_UDP_DPORT))
+        route(&self.peers, gid)
     }
 
     fn peer_gid(&self, src: SocketAddr) -> Gid {
@@ -203,6 +202,13 @@ impl SimNic {
             .gid(src)
             .unwrap_or_else(|| Gid::from_ip(src.ip()))
     }
+}
+
+/// The socket datagrams to `gid` go to ([`SimNic::peer_addr`]).
+fn route(peers: &PeerTable, gid: Gid) -> SocketAddr {
+    peers
+        .addr(gid)
+        .unwrap_or_else(|| SocketAddr::new(gid.to_ip(), ROCE_V2_UDP_DPORT))
 }
 
 impl std::ops::Deref for SimNic {
@@ -244,10 +250,15 @@ impl Endpoint for SimNic {
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         loop {
-            let t = self.dev.poll_transmit(now)?;
-            let dst = self.peer_addr(t.dst);
+            // A payload still in registered memory is copied once, straight into the datagram.
+            let (t, payload) = self.dev.poll_outgoing(now)?;
+            let dst = route(&self.peers, t.dst);
             let flow = Flow::new(self.addr, dst);
-            match encode(&t.packet, &flow) {
+            let encoded = match &payload {
+                Some(p) => encode_from(&t.packet, p, &flow),
+                None => encode(&t.packet, &flow),
+            };
+            match encoded {
                 Ok(b) => {
                     let bytes = b.freeze();
                     self.counters.tx_datagrams += 1;

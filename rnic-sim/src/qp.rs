@@ -17,8 +17,8 @@ pub(crate) const MAX_MSG_SZ: u64 = 1 << 31;
 pub(crate) struct SendWqe {
     /// The posted request.
     pub wr: SendWr,
-    /// The payload (SEND/WRITE), copied at post time for INLINE, gathered when the requester
-    /// starts the WQE otherwise.
+    /// The payload of an INLINE SEND/WRITE, copied at post time. Otherwise `None`: each
+    /// packet reads its part of the SGE list's memory when it leaves (crate `gather`).
     pub payload: Option<Bytes>,
     /// True once PSNs are assigned and the first packet left.
     pub started: bool,

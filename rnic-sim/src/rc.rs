@@ -6,14 +6,15 @@
 //! docs/semantics-verbs.md.
 
 use crate::device::Shared;
+use crate::gather::{request_payload, Gather, Outgoing};
 use crate::psn::{psn_add, psn_diff};
 use crate::qp::{Cont, RdRes, SimQp, WriteCtx};
-use crate::roce::{Aeth, AethKind, AtomicAckEth, AtomicEth, Bth, NakCode, Opcode, Packet, Reth};
+use crate::roce::{Aeth, AethKind, AtomicAckEth, AtomicEth, NakCode, Opcode, Packet, Reth};
 use crate::Transmit;
 use bytes::Bytes;
 use verbs_core::{
     AccessFlags, QpState, SendFlags, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode, DEFAULT_PKEY, PSN_MASK,
+    WrOpcode, PSN_MASK,
 };
 
 /// AETH ACK credit value meaning "no end-to-end flow control" (`AETH_ACK_UNLIMITED`
@@ -37,19 +38,6 @@ pub(crate) fn rnr_timer_ns(code: u8) -> u64 {
 /// for 0 = infinite (IBTA 9.7.6.1.3; rxe `qp_timeout_jiffies` [rxe_qp.c]).
 pub(crate) fn ack_timeout_ns(timeout: u8) -> Option<u64> {
     (timeout != 0).then(|| 4096u64 << timeout.min(31))
-}
-
-/// True for the packets a responder sends (READ responses, ACK, atomic ACK).
-pub(crate) fn is_response(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::RcRdmaReadResponseFirst
-            | Opcode::RcRdmaReadResponseMiddle
-            | Opcode::RcRdmaReadResponseLast
-            | Opcode::RcRdmaReadResponseOnly
-            | Opcode::RcAcknowledge
-            | Opcode::RcAtomicAcknowledge
-    )
 }
 
 /// Why the responder refused a request.
@@ -82,43 +70,20 @@ fn npkts(len: u64, mtu: u32) -> u32 {
     u32::try_from(len.div_ceil(u64::from(mtu)).max(1)).unwrap_or(u32::MAX)
 }
 
-/// Builds a packet with no extension headers.
-pub(crate) fn bare_packet(opcode: Opcode, dest_qp: u32, psn: u32, payload: Bytes) -> Packet {
-    let pad_cnt = ((4 - payload.len() % 4) % 4) as u8;
-    Packet {
-        bth: Bth {
-            opcode,
-            se: false,
-            mig_req: false,
-            pad_cnt,
-            tver: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qp,
-            ack_req: false,
-            psn: psn & PSN_MASK,
-        },
-        reth: None,
-        deth: None,
-        atomic_eth: None,
-        aeth: None,
-        atomic_ack_eth: None,
-        imm: None,
-        payload,
-    }
-}
-
 impl SimQp {
     fn packet(&self, opcode: Opcode, psn: u32, payload: Bytes) -> Packet {
-        bare_packet(opcode, self.attr.dest_qp_num, psn, payload)
+        Packet::bare(opcode, self.attr.dest_qp_num, psn, payload)
     }
 
     fn send(&self, sh: &mut Shared, packet: Packet) {
-        sh.tx.push_back(Transmit {
-            dst: self.attr.ah_attr.grh.dgid,
-            packet,
-        });
+        self.send_gathered(sh, packet, None);
+    }
+
+    /// Queues `packet`, its payload read from `gather` when it leaves (crate `gather`).
+    fn send_gathered(&self, sh: &mut Shared, packet: Packet, gather: Option<Gather>) {
+        let dst = self.attr.ah_attr.grh.dgid;
+        let transmit = Transmit { dst, packet };
+        sh.tx.push_back(Outgoing { transmit, gather });
     }
 
     // ------------------------------------------------------------------------------------
@@ -172,10 +137,7 @@ impl SimQp {
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm => {
-                        if w.payload.is_none() {
-                            w.payload = sh.mrs.gather(pd, &w.wr.sg_list).map(Bytes::from);
-                        }
-                        w.payload.is_some()
+                        w.payload.is_some() || sh.mrs.check_readable(pd, &w.wr.sg_list)
                     }
                     _ => sh.mrs.check_writable(pd, &w.wr.sg_list),
                 };
@@ -209,6 +171,7 @@ impl SimQp {
             }
             let last = k + 1 >= w.npkts;
             let mut p;
+            let mut gather = None;
             match w.wr.opcode {
                 WrOpcode::RdmaRead => {
                     let off = u64::from(k) * u64::from(mtu);
@@ -247,10 +210,15 @@ impl SimQp {
                     self.sq[idx].next_pkt = 1;
                 }
                 op => {
-                    let empty = Bytes::new();
-                    let data = w.payload.as_ref().unwrap_or(&empty);
-                    let start = (k as usize).saturating_mul(mtu as usize).min(data.len());
-                    let end = start.saturating_add(mtu as usize).min(data.len());
+                    let len = usize::try_from(w.wr.total_len()).unwrap_or(usize::MAX);
+                    let start = (k as usize).saturating_mul(mtu as usize).min(len);
+                    let end = start.saturating_add(mtu as usize).min(len);
+                    let Some((data, g)) = request_payload(&sh.mrs, pd, w, start..end) else {
+                        // A region deregistered since the WQE started [rxe_req.c].
+                        self.sq[idx].error = Some(WcStatus::LocProtErr);
+                        break;
+                    };
+                    gather = g;
                     let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
                     let imm = op.has_imm();
                     let only = w.npkts == 1;
@@ -268,12 +236,12 @@ impl SimQp {
                         (true, false, false, true, false) => Opcode::RcRdmaWriteLast,
                         (true, false, false, true, true) => Opcode::RcRdmaWriteLastWithImm,
                     };
-                    p = self.packet(opcode, psn, data.slice(start..end));
+                    p = self.packet(opcode, psn, data);
                     if write && k == 0 {
                         p.reth = Some(Reth {
                             va: w.wr.rdma.remote_addr,
                             rkey: w.wr.rdma.rkey,
-                            dma_len: u32::try_from(data.len()).unwrap_or(u32::MAX),
+                            dma_len: u32::try_from(len).unwrap_or(u32::MAX),
                         });
                     }
                     if last {
@@ -293,7 +261,7 @@ impl SimQp {
             if self.sq[idx].next_pkt >= self.sq[idx].npkts {
                 self.req.next = idx + 1;
             }
-            self.send(sh, p);
+            self.send_gathered(sh, p, gather);
             if self.req.retrans_at.is_none() {
                 self.req.retrans_at =
                     ack_timeout_ns(self.attr.timeout).map(|ns| now.plus_nanos(ns));
@@ -946,24 +914,18 @@ impl SimQp {
         let mtu = self.mtu() as usize;
         let n = npkts(u64::from(len), self.mtu());
         let k0 = psn_diff(from, first_psn).max(0) as u32;
-        let mut data = Vec::new();
+        let mut region = None;
         if len > 0 {
-            let Some((h, off)) =
+            let Some(r) =
                 sh.mrs
                     .check_remote(self.pd, rkey, va, u64::from(len), AccessFlags::REMOTE_READ)
             else {
                 sh.counters.duplicate_requests += 1;
                 return;
             };
-            let read = sh
-                .mrs
-                .get(h)
-                .and_then(|e| e.memory.read_into(off, len as usize, &mut data));
-            if read.is_none() {
-                return;
-            }
+            region = Some(r);
         }
-        let data = Bytes::from(data);
+        let len = len as usize;
         for k in k0..n {
             let opcode = match (n == 1, k == 0, k + 1 == n) {
                 (true, _, _) => Opcode::RcRdmaReadResponseOnly,
@@ -971,16 +933,19 @@ impl SimQp {
                 (false, false, true) => Opcode::RcRdmaReadResponseLast,
                 (false, false, false) => Opcode::RcRdmaReadResponseMiddle,
             };
-            let start = (k as usize * mtu).min(data.len());
-            let end = (start + mtu).min(data.len());
-            let mut p = self.packet(opcode, psn_add(first_psn, k), data.slice(start..end));
+            let start = (k as usize * mtu).min(len);
+            let end = (start + mtu).min(len);
+            let mut p = self.packet(opcode, psn_add(first_psn, k), Bytes::new());
             if opcode != Opcode::RcRdmaReadResponseMiddle {
                 p.aeth = Some(Aeth {
                     syndrome: AethKind::Ack(ACK_UNLIMITED),
                     msn: self.resp.msn,
                 });
             }
-            self.send(sh, p);
+            let gather = region
+                .filter(|_| end > start)
+                .map(|(h, off)| Gather::span(h, off + start, end - start));
+            self.send_gathered(sh, p, gather);
         }
     }
 

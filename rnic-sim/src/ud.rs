@@ -3,7 +3,6 @@
 
 use crate::device::Shared;
 use crate::psn::psn_add;
-use crate::rc::bare_packet;
 use crate::roce::{Deth, Opcode, Packet};
 use crate::Transmit;
 use bytes::Bytes;
@@ -49,7 +48,7 @@ impl crate::qp::SimQp {
             } else {
                 Opcode::UdSendOnly
             };
-            let mut p = bare_packet(op, w.wr.ud.remote_qpn, self.req.psn, payload);
+            let mut p = Packet::bare(op, w.wr.ud.remote_qpn, self.req.psn, payload);
             // A Q_Key with the high bit set means "use the QP's own Q_Key" (IBTA 10.2.5).
             let qkey = if w.wr.ud.remote_qkey & 0x8000_0000 != 0 {
                 self.attr.qkey
@@ -65,10 +64,13 @@ impl crate::qp::SimQp {
             }
             p.bth.se = w.wr.send_flags.contains(verbs_core::SendFlags::SOLICITED);
             self.req.psn = psn_add(self.req.psn, 1);
-            sh.tx.push_back(Transmit {
-                dst: w.wr.ud.ah.grh.dgid,
-                packet: p,
-            });
+            sh.tx.push_back(
+                Transmit {
+                    dst: w.wr.ud.ah.grh.dgid,
+                    packet: p,
+                }
+                .into(),
+            );
             self.complete_head(sh, WcStatus::Success);
         }
     }

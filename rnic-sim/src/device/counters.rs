@@ -32,6 +32,10 @@ pub struct Counters {
     pub ud_no_recv: u64,
     /// Dropped: UD datagram larger than the receive buffer.
     pub ud_too_long: u64,
+    /// Not sent: a request or READ response whose payload region was deregistered between
+    /// the packet being queued and being polled (only a caller that buffers packets across
+    /// verbs calls sees it; see `SimDevice::poll_transmit`).
+    pub tx_region_gone: u64,
     /// Completions lost because their CQ had overrun.
     pub completions_lost: u64,
     /// Coalesced ACKs sent.

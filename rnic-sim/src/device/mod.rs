@@ -3,9 +3,9 @@
 //! `poll_timeout`, `handle_timeout`).
 
 use crate::cq::{Cq, CqPush};
+use crate::gather::{Outgoing, Payload};
 use crate::mr::{range_error, MrTable};
 use crate::qp::SimQp;
-use crate::rc::is_response;
 use crate::roce::Packet;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{
@@ -44,7 +44,7 @@ pub(crate) struct Shared {
     /// Pending async events.
     pub events: VecDeque<AsyncEvent>,
     /// Packets waiting for `poll_transmit`, in order.
-    pub tx: VecDeque<Transmit>,
+    pub tx: VecDeque<Outgoing>,
     /// Counters.
     pub counters: Counters,
     /// Requester window: PSNs sent but not acknowledged.
@@ -159,7 +159,7 @@ impl SimDevice {
     }
 
     pub(crate) fn push_tx(&mut self, t: Transmit) {
-        self.sh.tx.push_back(t);
+        self.sh.tx.push_back(t.into());
     }
 
     /// The port's GID.
@@ -207,8 +207,26 @@ impl SimDevice {
     /// within one turn every QP's requests go out before any pure ACK, so a reply the
     /// application posted on receiving a message never waits behind that message's ACK (on a
     /// real-time driver each datagram is a system call, and the peer's wake-up). `now` starts
-    /// retransmit timers.
+    /// retransmit timers. A SEND/WRITE request's or READ response's payload is read from its
+    /// region now (crate `gather`): a caller that buffers packets must drain this before the
+    /// next verbs call, as the fabric drivers do.
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
+        let (mut t, payload) = self.poll_outgoing(now)?;
+        if let Some(p) = payload {
+            crate::gather::fill(&mut t, p.to_bytes());
+        }
+        Some(t)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit), leaving a payload that is in registered memory
+    /// there: [`SimNic`](crate::nic::SimNic) encodes it straight from the region into the
+    /// datagram. The packet's own `payload` is empty when the second part is `Some`. A packet
+    /// whose region was deregistered since it was queued is dropped
+    /// ([`Counters::tx_region_gone`]).
+    pub(crate) fn poll_outgoing(
+        &mut self,
+        now: SimTime,
+    ) -> Option<(Transmit, Option<Payload<'_>>)> {
         if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
             let pending = std::mem::take(&mut self.tx_pending);
             for &qpn in &pending {
@@ -224,7 +242,16 @@ impl SimDevice {
                 self.sync_deadline(qpn);
             }
         }
-        self.sh.tx.pop_front()
+        loop {
+            let o = self.sh.tx.pop_front()?;
+            let Some(g) = o.gather else {
+                return Some((o.transmit, None));
+            };
+            match g.resolve(&self.sh.mrs) {
+                Some(p) => return Some((o.transmit, Some(p))),
+                None => self.sh.counters.tx_region_gone += 1,
+            }
+        }
     }
 
     /// The QPNs of the QPs that entered the ERR state (by `modify_qp`, a transport error or a
@@ -301,7 +328,7 @@ impl SimDevice {
                 // Only now may the QP have something to send (an ACK, a response, a
                 // retransmission): a packet refused above costs it no transmit pass.
                 self.tx_pending.insert(qpn);
-                if is_response(packet.bth.opcode) {
+                if packet.bth.opcode.is_response() {
                     qp.on_response(&mut self.sh, now, packet);
                 } else {
                     qp.on_request(&mut self.sh, packet);

@@ -195,7 +195,18 @@ fn write_ipv4(buf: &mut [u8; 48], total: u16, src: Ipv4Addr, dst: Ipv4Addr) {
     buf[9] = 17;
     buf[12..16].copy_from_slice(&src.octets());
     buf[16..20].copy_from_slice(&dst.octets());
-    let csum = internet_checksum(&[&buf[..IPV4_HEADER_BYTES]]);
+    // RFC 1071 over the 16-bit words just written, summed from the values rather than read
+    // back from `buf` (the byte stores would not forward to the word loads: a stall per word,
+    // on every packet sent and received).
+    let word = |b: [u8; 4]| {
+        u32::from(u16::from_be_bytes([b[0], b[1]])) + u32::from(u16::from_be_bytes([b[2], b[3]]))
+    };
+    let mut sum = 0x4500 + u32::from(total) + 0x4000 + (u32::from(CANONICAL_TTL) << 8 | 17);
+    sum += word(src.octets()) + word(dst.octets());
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    let csum = !(sum as u16);
     buf[10..12].copy_from_slice(&csum.to_be_bytes());
 }
 
@@ -334,6 +345,25 @@ mod tests {
         assert_eq!(&b[22..24], &4791u16.to_be_bytes());
         assert_eq!(&b[24..26], &308u16.to_be_bytes());
         assert_eq!(&b[26..28], &[0, 0]);
+    }
+
+    #[test]
+    fn ipv4_header_checksum_is_valid_for_any_addresses_and_length() {
+        for (src, dst) in [
+            ("0.0.0.0:0", "0.0.0.0:0"),
+            ("255.255.255.255:65535", "255.255.255.254:4791"),
+            ("10.1.2.3:49152", "192.168.200.250:4791"),
+        ] {
+            let f = Flow::new(src.parse().unwrap(), dst.parse().unwrap());
+            for len in [0, 1, 16, 4124, 65_507] {
+                let h = f.ip_udp_header(len).unwrap();
+                assert_eq!(
+                    internet_checksum(&[&h.as_bytes()[..20]]),
+                    0,
+                    "{src} {dst} {len}"
+                );
+            }
+        }
     }
 
     #[test]

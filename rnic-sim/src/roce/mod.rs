@@ -161,6 +161,20 @@ impl Opcode {
         }
     }
 
+    /// True for the packets a responder sends (READ responses, ACK, atomic ACK).
+    pub const fn is_response(self) -> bool {
+        use Opcode::*;
+        matches!(
+            self,
+            RcRdmaReadResponseFirst
+                | RcRdmaReadResponseMiddle
+                | RcRdmaReadResponseLast
+                | RcRdmaReadResponseOnly
+                | RcAcknowledge
+                | RcAtomicAcknowledge
+        )
+    }
+
     /// True when packets of this opcode may carry a payload.
     pub const fn has_payload(self) -> bool {
         use Opcode::*;
@@ -327,6 +341,33 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// A packet with no extension headers, on the default partition, nothing flagged: BTH
+    /// (PadCnt from the payload, PSN masked to 24 bits) and the payload.
+    pub fn bare(opcode: Opcode, dest_qp: u32, psn: u32, payload: Bytes) -> Packet {
+        Packet {
+            bth: Bth {
+                opcode,
+                se: false,
+                mig_req: false,
+                pad_cnt: codec::pad_cnt_for(payload.len()),
+                tver: 0,
+                pkey: verbs_core::DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp,
+                ack_req: false,
+                psn: psn & verbs_core::PSN_MASK,
+            },
+            reth: None,
+            deth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            imm: None,
+            payload,
+        }
+    }
+
     /// The headers this packet actually carries.
     pub fn header_set(&self) -> HeaderSet {
         HeaderSet {

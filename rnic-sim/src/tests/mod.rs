@@ -6,6 +6,7 @@ mod err_flush;
 mod memory;
 mod modify_qp;
 mod objects;
+mod payload_read;
 mod posting;
 mod rc_acks_timers;
 mod rc_data;

@@ -184,7 +184,7 @@ fn gsi_endpoint_exchanges_datagrams_on_qp1() {
         Errno::EINVAL
     );
     // Wrong Q_Key is dropped.
-    let mut p = crate::rc::bare_packet(Opcode::UdSendOnly, 1, 0, bytes::Bytes::new());
+    let mut p = crate::roce::Packet::bare(Opcode::UdSendOnly, 1, 0, bytes::Bytes::new());
     p.deth = Some(crate::roce::Deth { qkey: 5, src_qp: 1 });
     b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), p);
     assert_eq!(b.dev.counters().qkey_mismatch, 1);
