@@ -376,7 +376,7 @@ impl<E> UdpHandle<E> {
     /// handles), the driver stops, or `timeout` passes. Returns whether `cond` holds. Not for
     /// use on a runtime thread: use [`wait_until_async`](Self::wait_until_async) there.
     ///
-    /// For up to [`BUSY_POLL`] it watches for changes without sleeping (yielding the CPU), as
+    /// For up to 50 µs it watches for changes without sleeping (yielding the CPU), as
     /// the driver does for datagrams: an answer that comes within microseconds costs no
     /// thread wake-up.
     pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&E) -> bool) -> bool {
