@@ -271,6 +271,35 @@ fn ping_write_stream_with_depth_passes_without_retransmission() {
     assert!(c["throughput"]["mbit_per_s"].as_f64().unwrap() > 0.0);
 }
 
+/// The server's `--timeout` limits time without progress: a WRITE stream (which completes
+/// nothing on the server) lasting many times that long passes.
+#[test]
+fn a_write_stream_longer_than_the_servers_timeout_passes() {
+    let args = [
+        "--fast-timers",
+        "--json",
+        "--op",
+        "write",
+        "--count",
+        "600",
+        "--size",
+        "1048576",
+        "--mtu",
+        "256",
+        "--depth",
+        "16",
+    ];
+    let server = ["--fast-timers", "--json", "--timeout", "0.1"];
+    let ((cc, cout), (sc, sout)) = ping_pair(&server, &args);
+    assert_eq!((cc, sc), (0, 0), "client:\n{cout}\nserver:\n{sout}");
+    let c = report(&cout);
+    let seconds = c["throughput"]["seconds"].as_f64().unwrap();
+    assert!(
+        seconds > 0.3,
+        "the stream must outlast the server's timeout: {seconds} s"
+    );
+}
+
 #[test]
 fn ping_kill_peer_on_the_client_ends_in_retry_exc_err_and_dreq_timeout() {
     let args = [

@@ -23,7 +23,14 @@ use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
 use cm_core::engine::IbCmId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use verbs_core::{CompChannel, CqHandle, Device, Gid, PdHandle, Qp, QpCap, QpInitAttr, SimTime};
+use verbs_core::{
+    CompChannel, CqHandle, Device, Gid, PdHandle, Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr,
+    SimTime,
+};
+
+/// The RNR NAK timer code of a server's QPs (IBTA table 45: 1 = 0.01 ms), see
+/// [`Lobby`]'s accept.
+const LOBBY_MIN_RNR_TIMER: u8 = 1;
 
 /// Requests whose handshake may run at once. Under a flood the lobby is full of phantoms and a
 /// real client's handshake must complete (one round trip) before this many newer requests
@@ -201,7 +208,20 @@ impl Lobby {
         let qp = match cm
             .create_qp(dev, id, cx.pd, &init)
             .and_then(|qp| cm.accept(dev, cx.now, id, &conn_param()).map(|()| qp))
-        {
+            .and_then(|qp| {
+                // The receives are posted when the client's session starts, after
+                // ESTABLISHED; a SEND that comes first is RNR NAKed with this QP's timer,
+                // which the CM's RTR transition set to Linux's 0 = 655 ms (cm.c
+                // `cm_init_qp_rtr_attr`). rping posts its receive before `rdma_accept`; a
+                // lobby of thousands of handshakes cannot own a buffer for each, so it asks
+                // for a retry after 10 µs instead (an RTS → RTS attribute, ibv_modify_qp(3)).
+                let attr = QpAttr {
+                    min_rnr_timer: LOBBY_MIN_RNR_TIMER,
+                    ..QpAttr::default()
+                };
+                dev.modify_qp(qp.handle, &attr, QpAttrMask::MIN_RNR_TIMER)
+                    .map(|()| qp)
+            }) {
             Ok(qp) => qp,
             Err(e) => {
                 let _ = dev.destroy_cq(cq);

@@ -248,7 +248,11 @@ impl<'a, N: PingNic> Session<'a, N> {
     /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
     /// `--timeout` without progress ends the wait with the reason.
     fn wait(&mut self, what: &str, cond: impl Fn(&Session<'_, N>) -> bool) -> Result<(), Stop> {
-        let limit = self.h().now().plus_nanos(self.timeout.as_nanos() as u64);
+        let timeout = self.timeout.as_nanos() as u64;
+        let mut limit = self.h().now().plus_nanos(timeout);
+        // `--timeout` is a limit on time without progress: datagrams still arriving (a WRITE
+        // stream, which completes nothing on this side) push the limit on.
+        let mut received = self.datagrams_received();
         loop {
             self.pump()?;
             if cond(self) {
@@ -281,7 +285,12 @@ impl<'a, N: PingNic> Session<'a, N> {
             }
             let now = self.h().now();
             if now >= limit {
-                return Err(Stop::Timeout(what.to_string()));
+                let r = self.datagrams_received();
+                if r == received {
+                    return Err(Stop::Timeout(what.to_string()));
+                }
+                received = r;
+                limit = now.plus_nanos(timeout);
             }
             let g = self.generation;
             let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
@@ -290,6 +299,12 @@ impl<'a, N: PingNic> Session<'a, N> {
                 ep.generation() != g || ep.inner().host().cm().pending_events(ch) > 0
             });
         }
+    }
+
+    /// Datagrams this side's NIC has received so far.
+    fn datagrams_received(&self) -> u64 {
+        self.h()
+            .with_quiet(|ep, _| ep.inner().host().nic().datagram_counters().rx_datagrams)
     }
 
     /// Waits for the next CM event, which must be `want`.
