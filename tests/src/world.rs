@@ -46,11 +46,10 @@ use crate::host::Host;
 use crate::oracle::{self, Violation};
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
-use cm_core::engine::{CmConfig, IbCmId, IbCmState};
+use cm_core::engine::{CmConfig, IbCmState};
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::{
-    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, Partition, PathFaults, SimFabric,
-    Simulation,
+    Crash, DropReason, Endpoint, FaultPlan, Partition, PathFaults, SimFabric, Simulation,
 };
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
@@ -59,12 +58,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
-    AccessFlags, AsyncElement, AsyncEventType, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle,
-    Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
 };
 
 mod forge;
+mod observe;
 pub use forge::{
     forged_ack, forged_req, forged_send, forged_write, write_slot, FORGED_TID, FORGED_WORD,
 };
@@ -788,6 +787,8 @@ pub struct Node {
     host: Host,
     /// (time, direction, other host, message) since the World last drained it.
     wire: Vec<(SimTime, Dir, u8, WireMsg)>,
+    /// Something may have changed since the World last observed the host (`world/observe.rs`).
+    dirty: bool,
 }
 
 /// What the wire tap saw.
@@ -813,6 +814,7 @@ impl Node {
 
 impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.dirty = true;
         let msg = WireMsg::parse(&bytes);
         let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
         self.host.handle_datagram(now, src, bytes);
@@ -824,6 +826,8 @@ impl Endpoint for Node {
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything.
+        self.dirty |= self.host.nic().device().transmit_pending();
         let (dst, bytes) = self.host.poll_transmit(now)?;
         self.wire.push((
             now,
@@ -839,6 +843,7 @@ impl Endpoint for Node {
     }
 
     fn handle_timeout(&mut self, now: SimTime) {
+        self.dirty = true;
         self.host.handle_timeout(now)
     }
 
@@ -995,6 +1000,7 @@ fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
     Ok(Node {
         host: Host::new(nic, cfg.cm_config(h, epoch))?,
         wire: Vec::new(),
+        dirty: true,
     })
 }
 
@@ -1076,10 +1082,14 @@ impl World {
         })
     }
 
+    /// Host `h`'s node, marked for the next observation.
     fn node_mut(&mut self, h: usize) -> Result<&mut Node, Error> {
-        self.sim
-            .endpoint_mut(h)
-            .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))
+        let node = self.sim.endpoint_mut(h);
+        node.map(|n| {
+            n.dirty = true;
+            n
+        })
+        .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))
     }
 
     fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
@@ -1115,6 +1125,7 @@ impl World {
     /// The simulation, mutably: change the fault plan, drive endpoints directly. Calls made
     /// this way are not recorded.
     pub fn sim_mut(&mut self) -> &mut Simulation<Node> {
+        self.touch_all();
         &mut self.sim
     }
 
@@ -1125,7 +1136,7 @@ impl World {
 
     /// Host `h`, mutably (unrecorded calls).
     pub fn host_mut(&mut self, h: usize) -> Option<&mut Host> {
-        self.sim.endpoint_mut(h).map(Node::host_mut)
+        self.node_mut(h).ok().map(Node::host_mut)
     }
 
     /// The virtual clock.
@@ -1182,339 +1193,6 @@ impl World {
         h.write_u64(self.history.hash());
         h.write_u64(self.sim.fabric.trace_hash());
         h.finish()
-    }
-
-    // ---- observation ----
-
-    /// What the applications do after every simulation event: drain the wire taps, match the
-    /// fabric's drops, read (and ack) CM events, poll CQs, note QPs in ERR.
-    fn observe(&mut self) {
-        let now = self.sim.now();
-        for h in 0..self.apps.len() {
-            // A hostile host's application only forges: it reads no event, polls no CQ.
-            if self.history.hostile.get(h).copied().unwrap_or(false) {
-                self.drain_wire(h);
-            } else {
-                self.observe_host(h, now);
-            }
-        }
-        self.match_trace();
-        self.refresh_qp_states();
-    }
-
-    fn drain_wire(&mut self, h: usize) {
-        let app = self.apps[h];
-        let Some(node) = self.sim.endpoint_mut(h) else {
-            return;
-        };
-        if self.cfg.capture {
-            for c in node.host.nic_mut().take_capture() {
-                if c.flow.src.ip() == host_ip(h) {
-                    self.captures.push(c);
-                }
-            }
-        }
-        if node.wire.is_empty() {
-            return;
-        }
-        let mut wire = std::mem::take(&mut node.wire);
-        for &(at, dir, peer, msg) in &wire {
-            match dir {
-                Dir::Tx => {
-                    self.tx_meta[h].push(msg);
-                    if msg.attr == 0 {
-                        self.history.rc_packets[h] += 1;
-                    } else {
-                        self.push(
-                            at,
-                            h,
-                            app.epoch,
-                            Record::Wire {
-                                tx: true,
-                                peer,
-                                msg,
-                            },
-                        );
-                    }
-                }
-                Dir::Rx => self.push(
-                    at,
-                    h,
-                    app.epoch,
-                    Record::Wire {
-                        tx: false,
-                        peer,
-                        msg,
-                    },
-                ),
-                Dir::RxDropped => {
-                    self.push(at, h, app.epoch, Record::Fault(Fault::Corrupted { msg }))
-                }
-            }
-        }
-        wire.clear();
-        if let Some(node) = self.sim.endpoint_mut(h) {
-            node.wire = wire;
-        }
-    }
-
-    fn observe_host(&mut self, h: usize, now: SimTime) {
-        let app = self.apps[h];
-        self.drain_wire(h);
-        // Due acks.
-        if !self.acks.is_empty() {
-            let mut i = 0;
-            while i < self.acks.len() {
-                if self.acks[i].0 <= now && self.acks[i].1 == h {
-                    let (_, _, epoch, ev) = self.acks.remove(i);
-                    if epoch == app.epoch {
-                        self.ack(h, ev);
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        }
-        if app.mode != EventMode::NeverRead {
-            loop {
-                let Some(node) = self.sim.endpoint_mut(h) else {
-                    return;
-                };
-                let (cm, dev) = node.host.split();
-                // `get_cm_event` on an empty channel builds an EAGAIN error (a String): ask first.
-                if cm.pending_events(app.ch) == 0 {
-                    break;
-                }
-                let Ok(ev) = cm.get_cm_event(dev, now, app.ch) else {
-                    break;
-                };
-                let comm_id = cm.engine().local_comm_id(IbCmId(ev.id.0)).unwrap_or(0);
-                let timewait_ns = if ev.event == CmEventType::Disconnected {
-                    cm.qp(ev.id)
-                        .and_then(|qp| dev.query_qp(qp.handle).ok())
-                        .map_or(0, |(a, _)| (1u64 << a.timeout.saturating_sub(8)) * MS)
-                } else {
-                    0
-                };
-                self.push(
-                    now,
-                    h,
-                    app.epoch,
-                    Record::Event {
-                        id: ev.id.0,
-                        event: ev.event,
-                        status: ev.status,
-                        comm_id,
-                        timewait_ns,
-                    },
-                );
-                match app.mode {
-                    EventMode::AckAtOnce => self.ack(h, ev),
-                    EventMode::AckAfter(d) => self.acks.push((now.plus_nanos(d), h, app.epoch, ev)),
-                    EventMode::NeverAck | EventMode::NeverRead => {}
-                }
-            }
-        }
-        self.poll_cqs(h, now);
-    }
-
-    fn ack(&mut self, h: usize, ev: CmEvent) {
-        let (id, event) = (ev.id.0, ev.event);
-        let Some(node) = self.sim.endpoint_mut(h) else {
-            return;
-        };
-        let r = node.host.split().0.ack_cm_event(ev);
-        let errno = errno_of(&r);
-        self.record(
-            h,
-            Record::Call {
-                call: Call::Ack { id, event },
-                errno,
-            },
-        );
-    }
-
-    fn poll_cqs(&mut self, h: usize, now: SimTime) {
-        let app = self.apps[h];
-        while let Some(ev) = self
-            .sim
-            .endpoint_mut(h)
-            .and_then(|n| n.host.split().1.get_async_event())
-        {
-            let queue = match ev.element {
-                AsyncElement::Cq(cq) if cq == app.send_cq => Queue::Send,
-                AsyncElement::Cq(cq) if cq == app.recv_cq => Queue::Recv,
-                _ => continue,
-            };
-            if ev.event_type == AsyncEventType::CqErr {
-                self.push(now, h, app.epoch, Record::CqErr { queue });
-            }
-        }
-        let mut wcs = std::mem::take(&mut self.wcs);
-        for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
-            wcs.clear();
-            let Some(node) = self.sim.endpoint_mut(h) else {
-                break;
-            };
-            let dev = node.host.split().1;
-            while matches!(dev.poll_cq(cq, 64, &mut wcs), Ok(n) if n > 0) {}
-            for wc in &wcs {
-                let data_ok = self.check_data(h, wc);
-                self.push(
-                    now,
-                    h,
-                    app.epoch,
-                    Record::Completion {
-                        qpn: wc.qp_num,
-                        wr_id: wc.wr_id,
-                        queue,
-                        opcode: wc.opcode,
-                        status: wc.status,
-                        byte_len: wc.byte_len,
-                        data_ok,
-                    },
-                );
-            }
-        }
-        self.wcs = wcs;
-    }
-
-    /// S6 for one completion: reads the destination and compares it with the pattern.
-    fn check_data(&mut self, h: usize, wc: &WorkCompletion) -> bool {
-        let Some(p) = self.pending.remove(&wc.wr_id) else {
-            return true;
-        };
-        if wc.status != WcStatus::Success {
-            return true;
-        }
-        let seed = self.data_seed;
-        let mut buf = [0u8; SLOT_BYTES as usize];
-        let tag_of = |b: &[u8]| {
-            let mut id = [0u8; 8];
-            id.copy_from_slice(&b[..8]);
-            u64::from_le_bytes(id)
-        };
-        match p.op {
-            Op::Recv => {
-                let n = (wc.byte_len as usize).min(buf.len());
-                if n < 8 || !self.read_mr(h, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                matches_pattern(seed, tag_of(&buf), 0, &buf[8..n], 8)
-            }
-            Op::Read => {
-                let n = p.len as usize;
-                if !self.read_mr(h, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                // The slot of the READ region the WR read: same slot index as its destination.
-                matches_pattern(seed, 1 << 63 | p.peer as u64, p.off - DST_OFF, &buf[..n], 0)
-            }
-            Op::Write => {
-                // The peer's memory, if it is still the life the WRITE went to.
-                if self.apps.get(p.peer).map(|a| a.epoch) != Some(p.peer_epoch)
-                    || p.epoch != self.apps[h].epoch
-                {
-                    return true;
-                }
-                let n = p.len as usize;
-                if !self.read_mr(p.peer, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                let tag = tag_of(&buf);
-                // A later WRITE to the same slot may have landed already: only a torn or
-                // foreign payload is a mismatch.
-                tag >= wc.wr_id && matches_pattern(seed, tag, 0, &buf[8..n], 8)
-            }
-            Op::Send => true,
-        }
-    }
-
-    /// Reads `buf.len()` bytes at `off` of host `h`'s application MR; false if it cannot.
-    fn read_mr(&self, h: usize, off: u64, buf: &mut [u8]) -> bool {
-        match (self.sim.endpoint(h), self.apps.get(h)) {
-            (Some(node), Some(app)) => node
-                .host
-                .nic()
-                .device()
-                .mr_read(app.mr.handle, off, buf)
-                .is_ok(),
-            _ => false,
-        }
-    }
-
-    /// Names the fabric's new drops and duplicates by the sender's send order.
-    fn match_trace(&mut self) {
-        let trace = self.sim.fabric.trace();
-        let new = trace.len().saturating_sub(self.trace_cursor);
-        if new == 0 {
-            return;
-        }
-        let mut faults: Vec<(SimTime, usize, Fault)> = Vec::new();
-        for ev in &trace[self.trace_cursor..] {
-            let pid = ev.packet as usize;
-            match ev.kind {
-                FabricEventKind::Sent { .. } => {
-                    let h = host_index(ev.src.ip());
-                    let k = self.tx_matched.get(h).copied().unwrap_or(0);
-                    let msg = self
-                        .tx_meta
-                        .get(h)
-                        .and_then(|v| v.get(k))
-                        .copied()
-                        .unwrap_or_default();
-                    if let Some(m) = self.tx_matched.get_mut(h) {
-                        *m += 1;
-                    }
-                    if self.packets.len() <= pid {
-                        self.packets.resize(pid + 1, (0, WireMsg::default()));
-                    }
-                    self.packets[pid] = (h as u8, msg);
-                }
-                FabricEventKind::Duplicated { copy } => {
-                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
-                    let c = copy as usize;
-                    if self.packets.len() <= c {
-                        self.packets.resize(c + 1, (0, WireMsg::default()));
-                    }
-                    self.packets[c] = (h, msg);
-                    faults.push((ev.at, usize::from(h), Fault::Duplicated { msg }));
-                }
-                FabricEventKind::Dropped(reason) => {
-                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
-                    faults.push((ev.at, usize::from(h), Fault::Dropped { reason, msg }));
-                }
-                _ => {}
-            }
-        }
-        self.trace_cursor = trace.len();
-        for (at, h, f) in faults {
-            let epoch = self.apps.get(h).map_or(0, |a| a.epoch);
-            self.push(at, h, epoch, Record::Fault(f));
-        }
-    }
-
-    /// Records the QPs of the application that entered ERR since the last call, as the
-    /// devices report them ([`SimDevice::take_entered_err`]; no per-QP query).
-    fn refresh_qp_states(&mut self) {
-        for h in 0..self.apps.len() {
-            let epoch = self.apps[h].epoch;
-            let Some(node) = self.sim.endpoint_mut(h) else {
-                continue;
-            };
-            for qpn in node.host.nic_mut().device_mut().take_entered_err() {
-                match self.qps.get_mut(&(h, epoch, qpn)) {
-                    Some((_, err)) if !*err => *err = true,
-                    _ => continue,
-                }
-                self.record(h, Record::QpErr { qpn });
-            }
-        }
-    }
-
-    fn qp_in_err(&self, h: usize, qpn: u32) -> bool {
-        let epoch = self.apps[h].epoch;
-        self.qps.get(&(h, epoch, qpn)).is_some_and(|q| q.1)
     }
 
     // ---- running ----
@@ -1889,7 +1567,7 @@ impl World {
         if op == Op::Read {
             // The READ source: the peer's slot holds the pattern of (seed, peer) at the slot's
             // offset (filled here, before the READ can reach it, not at boot: cheaper).
-            if let (Some(p), Some(node)) = (peer, self.sim.endpoint_mut(e.peer)) {
+            if let (Some(p), Ok(node)) = (peer, self.node_mut(e.peer)) {
                 let dev = node.host.nic_mut().device_mut();
                 for &id in &ids {
                     let mut buf = [0u8; SLOT_BYTES as usize];
@@ -1898,7 +1576,7 @@ impl World {
                 }
             }
         }
-        let Some(node) = self.sim.endpoint_mut(e.host) else {
+        let Ok(node) = self.node_mut(e.host) else {
             return Vec::new();
         };
         let nic = node.host.nic_mut();
