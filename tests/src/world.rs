@@ -54,6 +54,7 @@ use rnic_sim::fabric::{
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
 use rnic_sim::{SimDevice, SimDeviceConfig, GSI_QPN};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -789,6 +790,9 @@ pub struct Node {
     wire: Vec<(SimTime, Dir, u8, WireMsg)>,
     /// Something may have changed since the World last observed the host (`world/observe.rs`).
     dirty: bool,
+    /// `host.poll_timeout()` as last asked (the simulation asks several times per event);
+    /// `None` once the host may have changed: every `&mut` path to it clears it.
+    timeout: Cell<Option<Option<SimTime>>>,
 }
 
 /// What the wire tap saw.
@@ -808,13 +812,20 @@ impl Node {
 
     /// The host, mutably.
     pub fn host_mut(&mut self) -> &mut Host {
+        self.touch();
         &mut self.host
+    }
+
+    /// Marks the host changed: observed again, its timer asked again.
+    fn touch(&mut self) {
+        self.dirty = true;
+        self.timeout.set(None);
     }
 }
 
 impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        self.dirty = true;
+        self.touch();
         let msg = WireMsg::parse(&bytes);
         let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
         self.host.handle_datagram(now, src, bytes);
@@ -826,8 +837,11 @@ impl Endpoint for Node {
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
-        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything.
-        self.dirty |= self.host.nic().device().transmit_pending();
+        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything, and
+        // arms timers; without work it changes nothing.
+        if self.host.nic().device().transmit_pending() {
+            self.touch();
+        }
         let (dst, bytes) = self.host.poll_transmit(now)?;
         self.wire.push((
             now,
@@ -839,11 +853,16 @@ impl Endpoint for Node {
     }
 
     fn poll_timeout(&self) -> Option<SimTime> {
-        self.host.poll_timeout()
+        if let Some(t) = self.timeout.get() {
+            return t;
+        }
+        let t = self.host.poll_timeout();
+        self.timeout.set(Some(t));
+        t
     }
 
     fn handle_timeout(&mut self, now: SimTime) {
-        self.dirty = true;
+        self.touch();
         self.host.handle_timeout(now)
     }
 
@@ -1001,6 +1020,7 @@ fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
         host: Host::new(nic, cfg.cm_config(h, epoch))?,
         wire: Vec::new(),
         dirty: true,
+        timeout: Cell::new(None),
     })
 }
 
@@ -1023,6 +1043,7 @@ impl World {
         fabric.set_trace_recording(true);
         let mut sim = Simulation::new(fabric);
         let n = cfg.hosts;
+        sim.reserve(n);
         for h in 0..n {
             sim.add_endpoint(new_node(&cfg, h, 0)?)?;
         }
@@ -1030,6 +1051,8 @@ impl World {
             sim,
             apps: Vec::with_capacity(n),
             history: History {
+                // A generated scenario records ~60 entries: grow once or not at all.
+                entries: Vec::with_capacity(128),
                 rc_packets: vec![0; n],
                 deaf: vec![false; n],
                 hostile: vec![false; n],
@@ -1086,7 +1109,7 @@ impl World {
     fn node_mut(&mut self, h: usize) -> Result<&mut Node, Error> {
         let node = self.sim.endpoint_mut(h);
         node.map(|n| {
-            n.dirty = true;
+            n.touch();
             n
         })
         .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))

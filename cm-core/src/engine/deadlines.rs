@@ -16,7 +16,12 @@ pub(super) struct TimerIndex {
 
 impl TimerIndex {
     pub(super) fn sync(&mut self, conns: &BTreeMap<IbCmId, Conn>) {
-        for id in std::mem::take(&mut self.touched) {
+        if self.touched.is_empty() {
+            return;
+        }
+        // Taken and given back emptied: the list keeps its buffer (it fills on every MAD).
+        let mut touched = std::mem::take(&mut self.touched);
+        for &id in &touched {
             let want = conns.get(&id).and_then(Conn::deadline);
             let had = self.armed.get(&id).copied();
             if had == want {
@@ -31,6 +36,8 @@ impl TimerIndex {
                 self.armed.insert(id, t);
             }
         }
+        touched.clear();
+        self.touched = touched;
     }
 }
 

@@ -81,6 +81,12 @@ impl<E: Endpoint> Simulation<E> {
         Ok(index)
     }
 
+    /// Makes room for `additional` more endpoints (an endpoint may be large: no moves while
+    /// adding them).
+    pub fn reserve(&mut self, additional: usize) {
+        self.endpoints.reserve(additional);
+    }
+
     /// The endpoints, by index.
     pub fn endpoints(&self) -> &[E] {
         &self.endpoints

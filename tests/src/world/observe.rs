@@ -3,8 +3,8 @@
 //! QPs in ERR — and record it in the [`History`](super::History).
 
 use super::{
-    errno_of, host_index, host_ip, matches_pattern, Call, Dir, EventMode, Fault, Op, Queue, Record,
-    WireMsg, World, DST_OFF, MS, SLOT_BYTES,
+    errno_of, host_index, host_ip, matches_pattern, Call, Dir, EventMode, Fault, Node, Op, Queue,
+    Record, WireMsg, World, DST_OFF, MS, SLOT_BYTES,
 };
 use cm_core::api::{CmEvent, CmEventType};
 use cm_core::engine::IbCmId;
@@ -38,9 +38,17 @@ impl World {
     pub(super) fn touch_all(&mut self) {
         for h in 0..self.sim.endpoints().len() {
             if let Some(n) = self.sim.endpoint_mut(h) {
-                n.dirty = true;
+                n.touch();
             }
         }
+    }
+
+    /// Host `h`'s node for the application's reads (events, acks, CQs), which change its
+    /// state without needing another observation: forgets its timer only.
+    fn node_quiet(&mut self, h: usize) -> Option<&mut Node> {
+        let node = self.sim.endpoint_mut(h)?;
+        node.timeout.set(None);
+        Some(node)
     }
 
     /// Whether host `h` changed since it was last observed; clears the mark.
@@ -125,7 +133,7 @@ impl World {
         }
         if app.mode != EventMode::NeverRead {
             loop {
-                let Some(node) = self.sim.endpoint_mut(h) else {
+                let Some(node) = self.node_quiet(h) else {
                     return;
                 };
                 let (cm, dev) = node.host.split();
@@ -168,7 +176,7 @@ impl World {
 
     fn ack(&mut self, h: usize, ev: CmEvent) {
         let (id, event) = (ev.id.0, ev.event);
-        let Some(node) = self.sim.endpoint_mut(h) else {
+        let Some(node) = self.node_quiet(h) else {
             return;
         };
         let r = node.host.split().0.ack_cm_event(ev);
@@ -185,8 +193,7 @@ impl World {
     fn poll_cqs(&mut self, h: usize, now: SimTime) {
         let app = self.apps[h];
         while let Some(ev) = self
-            .sim
-            .endpoint_mut(h)
+            .node_quiet(h)
             .and_then(|n| n.host.split().1.get_async_event())
         {
             let queue = match ev.element {
@@ -201,7 +208,7 @@ impl World {
         let mut wcs = std::mem::take(&mut self.wcs);
         for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
             wcs.clear();
-            let Some(node) = self.sim.endpoint_mut(h) else {
+            let Some(node) = self.node_quiet(h) else {
                 break;
             };
             let dev = node.host.split().1;
