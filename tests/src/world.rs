@@ -1060,9 +1060,10 @@ impl World {
             },
             qps: BTreeMap::new(),
             event_index: BTreeSet::new(),
-            tx_meta: vec![Vec::new(); n],
+            // Sized for a generated scenario's datagrams: grown once or not at all.
+            tx_meta: (0..n).map(|_| Vec::with_capacity(32)).collect(),
             tx_matched: vec![0; n],
-            packets: Vec::new(),
+            packets: Vec::with_capacity(64),
             trace_cursor: 0,
             pending: BTreeMap::new(),
             acks: Vec::new(),
@@ -1580,19 +1581,25 @@ impl World {
             return Vec::new();
         }
         let seed = self.data_seed;
-        let ids: Vec<u64> = (self.next_wr..self.next_wr + n as u64).collect();
+        let ids = self.next_wr..self.next_wr + n as u64;
         self.next_wr += n as u64;
         let mr = self.apps[e.host].mr;
         let peer = self.apps.get(e.peer).copied();
         let peer_epoch = peer.map_or(0, |p| p.epoch);
-        let mut infos = Vec::with_capacity(n);
         let slot = |id: u64| (id % SLOTS) * SLOT_BYTES;
+        let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
+        // Where WR `id` lands (what `check_data` reads) and its length.
+        let info = |id: u64| match op {
+            Op::Recv => (RECV_OFF + slot(id), SLOT_BYTES as u32),
+            Op::Send => (0, len_of(id)),
+            Op::Write | Op::Read => (DST_OFF + slot(id), len_of(id)),
+        };
         if op == Op::Read {
             // The READ source: the peer's slot holds the pattern of (seed, peer) at the slot's
             // offset (filled here, before the READ can reach it, not at boot: cheaper).
             if let (Some(p), Ok(node)) = (peer, self.node_mut(e.peer)) {
                 let dev = node.host.nic_mut().device_mut();
-                for &id in &ids {
+                for id in ids.clone() {
                     let mut buf = [0u8; SLOT_BYTES as usize];
                     fill_pattern(seed, 1 << 63 | e.peer as u64, slot(id), &mut buf);
                     let _ = dev.mr_write(p.mr.handle, READ_SRC_OFF + slot(id), &buf);
@@ -1603,21 +1610,17 @@ impl World {
             return Vec::new();
         };
         let nic = node.host.nic_mut();
-        let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
         let r = match op {
             Op::Recv => {
                 let wrs: Vec<RecvWr> = ids
-                    .iter()
-                    .map(|&id| {
-                        infos.push((id, RECV_OFF + slot(id), SLOT_BYTES as u32));
-                        RecvWr::new(id, vec![mr.sge(RECV_OFF + slot(id), SLOT_BYTES as u32)])
-                    })
+                    .clone()
+                    .map(|id| RecvWr::new(id, vec![mr.sge(RECV_OFF + slot(id), SLOT_BYTES as u32)]))
                     .collect();
                 nic.post_recv(e.qp.handle, &wrs)
             }
             Op::Send | Op::Write => {
                 let mut wrs = Vec::with_capacity(n);
-                for &id in &ids {
+                for id in ids.clone() {
                     let len = len_of(id);
                     let mut buf = [0u8; SLOT_BYTES as usize];
                     let buf = &mut buf[..len as usize];
@@ -1626,12 +1629,10 @@ impl World {
                     let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), buf);
                     let sge = vec![mr.sge(SEND_OFF + slot(id), len)];
                     if op == Op::Send {
-                        infos.push((id, 0, len));
                         wrs.push(SendWr::send(id, sge));
                     } else {
                         let (addr, rkey) =
                             peer.map_or((0, 0), |p| (p.mr.addr + DST_OFF + slot(id), p.mr.rkey));
-                        infos.push((id, DST_OFF + slot(id), len));
                         wrs.push(SendWr::rdma_write(id, sge, addr, rkey));
                     }
                 }
@@ -1639,10 +1640,9 @@ impl World {
             }
             Op::Read => {
                 let wrs: Vec<SendWr> = ids
-                    .iter()
-                    .map(|&id| {
+                    .clone()
+                    .map(|id| {
                         let len = len_of(id);
-                        infos.push((id, DST_OFF + slot(id), len));
                         let (addr, rkey) = peer
                             .map_or((0, 0), |p| (p.mr.addr + READ_SRC_OFF + slot(id), p.mr.rkey));
                         SendWr::rdma_read(id, vec![mr.sge(DST_OFF + slot(id), len)], addr, rkey)
@@ -1672,7 +1672,8 @@ impl World {
         } else {
             Queue::Send
         };
-        for &(id, off, len) in &infos[..accepted] {
+        for id in ids.clone().take(accepted) {
+            let (off, len) = info(id);
             self.pending.insert(
                 id,
                 Pending {
@@ -1698,7 +1699,7 @@ impl World {
         }
         self.refresh_qp_states();
         self.observe();
-        ids[..accepted].to_vec()
+        ids.take(accepted).collect()
     }
 
     /// Crashes host `h` now; with `restart_after_ns`, it comes back that much later with

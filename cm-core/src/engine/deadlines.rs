@@ -12,6 +12,8 @@ pub(super) struct TimerIndex {
     by_time: BTreeSet<(SimTime, IbCmId)>,
     armed: BTreeMap<IbCmId, SimTime>,
     pub(super) touched: Vec<IbCmId>,
+    /// `handle_timeout`'s list of due ids, kept for its buffer.
+    due: Vec<IbCmId>,
 }
 
 impl TimerIndex {
@@ -73,16 +75,20 @@ impl CmEngine {
     pub fn handle_timeout(&mut self, now: SimTime) {
         let timers = self.timers.get_mut();
         timers.sync(&self.conns);
-        let mut due: Vec<IbCmId> = timers
-            .by_time
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, id)| *id)
-            .collect();
+        let mut due = std::mem::take(&mut timers.due);
+        due.extend(
+            timers
+                .by_time
+                .iter()
+                .take_while(|(t, _)| *t <= now)
+                .map(|(_, id)| *id),
+        );
         due.sort_unstable();
-        for id in due {
+        for &id in &due {
             self.fire_timers(now, id);
         }
+        due.clear();
+        self.timers.get_mut().due = due;
     }
 
     fn fire_timers(&mut self, now: SimTime, id: IbCmId) {

@@ -300,14 +300,18 @@ impl World {
 
     /// Names the fabric's new drops and duplicates by the sender's send order.
     pub(super) fn match_trace(&mut self) {
-        let trace = self.sim.fabric.trace();
-        let new = trace.len().saturating_sub(self.trace_cursor);
-        if new == 0 {
-            return;
-        }
-        let mut faults: Vec<(SimTime, usize, Fault)> = Vec::new();
-        for ev in &trace[self.trace_cursor..] {
+        let end = self.sim.fabric.trace().len();
+        for i in self.trace_cursor..end {
+            let Some(&ev) = self.sim.fabric.trace().get(i) else {
+                break;
+            };
             let pid = ev.packet as usize;
+            let fault = |h: u8| {
+                (
+                    usize::from(h),
+                    self.apps.get(usize::from(h)).map_or(0, |a| a.epoch),
+                )
+            };
             match ev.kind {
                 FabricEventKind::Sent { .. } => {
                     let h = host_index(ev.src.ip());
@@ -333,20 +337,23 @@ impl World {
                         self.packets.resize(c + 1, (0, WireMsg::default()));
                     }
                     self.packets[c] = (h, msg);
-                    faults.push((ev.at, usize::from(h), Fault::Duplicated { msg }));
+                    let (h, epoch) = fault(h);
+                    self.push(ev.at, h, epoch, Record::Fault(Fault::Duplicated { msg }));
                 }
                 FabricEventKind::Dropped(reason) => {
                     let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
-                    faults.push((ev.at, usize::from(h), Fault::Dropped { reason, msg }));
+                    let (h, epoch) = fault(h);
+                    self.push(
+                        ev.at,
+                        h,
+                        epoch,
+                        Record::Fault(Fault::Dropped { reason, msg }),
+                    );
                 }
                 _ => {}
             }
         }
-        self.trace_cursor = trace.len();
-        for (at, h, f) in faults {
-            let epoch = self.apps.get(h).map_or(0, |a| a.epoch);
-            self.push(at, h, epoch, Record::Fault(f));
-        }
+        self.trace_cursor = self.trace_cursor.max(end);
     }
 
     /// Records the QPs of the application that entered ERR since the last call, as the
