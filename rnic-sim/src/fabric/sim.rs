@@ -210,12 +210,15 @@ impl SimFabric {
         let first = draw_copy();
         let second = duplicate.then(draw_copy);
 
-        self.enqueue(now, packet, src, dst, (&bytes, digest), first);
-        if let Some(second) = second {
+        // The first copy takes `bytes` itself: a clone (an allocation, for a buffer not shared
+        // yet) only for a duplicate.
+        let second = second.map(|draw| (bytes.clone(), draw));
+        self.enqueue(now, packet, src, dst, (bytes, digest), first);
+        if let Some((bytes, second)) = second {
             let copy = self.alloc_packet();
             self.stats.duplicated += 1;
             self.record(now, packet, src, dst, FabricEventKind::Duplicated { copy });
-            self.enqueue(now, copy, src, dst, (&bytes, digest), second);
+            self.enqueue(now, copy, src, dst, (bytes, digest), second);
         }
         packet
     }
@@ -304,18 +307,18 @@ impl SimFabric {
         id: u64,
         src: SocketAddr,
         dst: SocketAddr,
-        (bytes, digest): (&Bytes, u64),
+        (bytes, digest): (Bytes, u64),
         (bit, delay_ns): (Option<u64>, u64),
     ) {
         let mut inflight = InFlight {
             key: (now.plus_nanos(delay_ns), id),
             src,
             dst,
-            bytes: bytes.clone(),
+            bytes,
             digest,
         };
         if let Some(bit) = bit {
-            let mut buf = BytesMut::from(&bytes[..]);
+            let mut buf = BytesMut::from(&inflight.bytes[..]);
             buf[(bit / 8) as usize] ^= 1 << (bit % 8);
             inflight.bytes = buf.freeze();
             inflight.digest = payload_digest(&inflight.bytes);
