@@ -838,10 +838,11 @@ impl Endpoint for Node {
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         // A transmit pass can complete WRs (and move QPs to ERR) without sending anything, and
-        // arms timers; without work it changes nothing.
-        if self.host.nic().device().transmit_pending() {
-            self.touch();
+        // arms timers; without work it sends and changes nothing (asked after every event).
+        if !self.host.nic().device().transmit_pending() {
+            return None;
         }
+        self.touch();
         let (dst, bytes) = self.host.poll_transmit(now)?;
         self.wire.push((
             now,
@@ -1201,6 +1202,8 @@ impl World {
         if let Some(d) = self.history.deaf.get_mut(h) {
             *d = mode == EventMode::NeverRead;
         }
+        // Events left unread under the old mode are read at the next observation.
+        self.touch(h);
     }
 
     /// Every datagram captured (when [`WorldConfig::capture`]): (time, flow, UDP payload),

@@ -241,6 +241,11 @@ impl SimDevice {
         std::mem::take(&mut self.sh.entered_err)
     }
 
+    /// Whether [`take_entered_err`](Self::take_entered_err) has anything to give.
+    pub fn has_entered_err(&self) -> bool {
+        !self.sh.entered_err.is_empty()
+    }
+
     /// After an operation on QP `qpn`: it may have something to send, and its timers may have
     /// moved. Keeps `poll_transmit` and `poll_timeout` from scanning every QP (a World holds
     /// tens of thousands).

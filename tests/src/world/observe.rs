@@ -34,12 +34,17 @@ impl World {
         self.refresh_qp_states();
     }
 
+    /// Marks host `h` for the next observation.
+    pub(super) fn touch(&mut self, h: usize) {
+        if let Some(n) = self.sim.endpoint_mut(h) {
+            n.touch();
+        }
+    }
+
     /// Marks every host for the next observation (before handing out the whole simulation).
     pub(super) fn touch_all(&mut self) {
         for h in 0..self.sim.endpoints().len() {
-            if let Some(n) = self.sim.endpoint_mut(h) {
-                n.touch();
-            }
+            self.touch(h);
         }
     }
 
@@ -59,7 +64,6 @@ impl World {
     }
 
     pub(super) fn drain_wire(&mut self, h: usize) {
-        let app = self.apps[h];
         let Some(node) = self.sim.endpoint_mut(h) else {
             return;
         };
@@ -74,6 +78,7 @@ impl World {
             return;
         }
         let mut wire = std::mem::take(&mut node.wire);
+        let app = self.apps[h];
         for &(at, dir, peer, msg) in &wire {
             match dir {
                 Dir::Tx => {
@@ -361,10 +366,17 @@ impl World {
     pub(super) fn refresh_qp_states(&mut self) {
         for h in 0..self.apps.len() {
             let epoch = self.apps[h].epoch;
-            let Some(node) = self.sim.endpoint_mut(h) else {
+            let Some(dev) = self
+                .sim
+                .endpoint_mut(h)
+                .map(|n| n.host.nic_mut().device_mut())
+            else {
                 continue;
             };
-            for qpn in node.host.nic_mut().device_mut().take_entered_err() {
+            if !dev.has_entered_err() {
+                continue;
+            }
+            for qpn in dev.take_entered_err() {
                 match self.qps.get_mut(&(h, epoch, qpn)) {
                     Some((_, err)) if !*err => *err = true,
                     _ => continue,
