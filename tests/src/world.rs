@@ -521,6 +521,11 @@ impl History {
         for e in &self.entries {
             hash_entry(&mut h, e);
         }
+        self.finish_hash(h)
+    }
+
+    /// [`hash`](Self::hash) from `h`, the hash of the entries.
+    fn finish_hash(&self, mut h: WordHash) -> u64 {
         for &n in &self.rc_packets {
             h.write_u64(n);
         }
@@ -989,6 +994,9 @@ pub struct World {
     cfg: WorldConfig,
     apps: Vec<App>,
     history: History,
+    /// The [`WordHash`] of the first `.0` history entries, kept as they are recorded (off the
+    /// critical path of `trace_hash`).
+    entries_hash: (usize, WordHash),
     /// (host, epoch, QPN) → (QP, seen in ERR).
     qps: BTreeMap<(usize, u8, u32), (Qp, bool)>,
     /// Every CM event in the history by (host, epoch, id, type, history index), so that
@@ -1059,6 +1067,7 @@ impl World {
                 hostile: vec![false; n],
                 ..History::default()
             },
+            entries_hash: (0, WordHash::new()),
             qps: BTreeMap::new(),
             event_index: BTreeSet::new(),
             // Sized for a generated scenario's datagrams: grown once or not at all.
@@ -1122,12 +1131,17 @@ impl World {
             let index = self.history.entries.len();
             self.event_index.insert((h as u8, epoch, id, event, index));
         }
-        self.history.entries.push(Entry {
+        let e = Entry {
             at,
             host: h as u8,
             epoch,
             rec,
-        });
+        };
+        if self.entries_hash.0 == self.history.entries.len() {
+            hash_entry(&mut self.entries_hash.1, &e);
+            self.entries_hash.0 += 1;
+        }
+        self.history.entries.push(e);
     }
 
     fn record(&mut self, h: usize, rec: Record) {
@@ -1217,7 +1231,12 @@ impl World {
     /// ([`SimFabric::trace_hash`]).
     pub fn trace_hash(&self) -> u64 {
         let mut h = WordHash::new();
-        h.write_u64(self.history.hash());
+        let (n, entries) = self.entries_hash;
+        h.write_u64(if n == self.history.entries.len() {
+            self.history.finish_hash(entries)
+        } else {
+            self.history.hash()
+        });
         h.write_u64(self.sim.fabric.trace_hash());
         h.finish()
     }
