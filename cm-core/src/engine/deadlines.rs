@@ -11,12 +11,20 @@ use super::*;
 pub(super) struct TimerIndex {
     by_time: BTreeSet<(SimTime, IbCmId)>,
     armed: BTreeMap<IbCmId, SimTime>,
-    pub(super) touched: Vec<IbCmId>,
+    touched: Vec<IbCmId>,
     /// `handle_timeout`'s list of due ids, kept for its buffer.
     due: Vec<IbCmId>,
 }
 
 impl TimerIndex {
+    /// Notes that `id`'s deadlines may have changed (once for a run of touches of one id: a
+    /// handler touches its id several times, and `sync` would find the later ones unchanged).
+    pub(super) fn touch(&mut self, id: IbCmId) {
+        if self.touched.last() != Some(&id) {
+            self.touched.push(id);
+        }
+    }
+
     pub(super) fn sync(&mut self, conns: &BTreeMap<IbCmId, Conn>) {
         if self.touched.is_empty() {
             return;
@@ -25,17 +33,18 @@ impl TimerIndex {
         let mut touched = std::mem::take(&mut self.touched);
         for &id in &touched {
             let want = conns.get(&id).and_then(Conn::deadline);
-            let had = self.armed.get(&id).copied();
+            let had = match want {
+                Some(t) => self.armed.insert(id, t),
+                None => self.armed.remove(&id),
+            };
             if had == want {
                 continue;
             }
             if let Some(t) = had {
                 self.by_time.remove(&(t, id));
-                self.armed.remove(&id);
             }
             if let Some(t) = want {
                 self.by_time.insert((t, id));
-                self.armed.insert(id, t);
             }
         }
         touched.clear();
