@@ -1118,12 +1118,13 @@ impl World {
 
     /// Host `h`'s node, marked for the next observation.
     fn node_mut(&mut self, h: usize) -> Result<&mut Node, Error> {
-        let node = self.sim.endpoint_mut(h);
-        node.map(|n| {
-            n.touch();
-            n
-        })
-        .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))
+        match self.sim.endpoint_mut(h) {
+            Some(n) => {
+                n.touch();
+                Ok(n)
+            }
+            None => Err(Error::new(Errno::EINVAL, format!("no host {h}"))),
+        }
     }
 
     fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
