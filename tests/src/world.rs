@@ -1000,8 +1000,10 @@ pub struct World {
     /// (host, epoch, QPN) → (QP, seen in ERR).
     qps: BTreeMap<(usize, u8, u32), (Qp, bool)>,
     /// Every CM event in the history by (host, epoch, id, type, history index), so that
-    /// waiting for one id's event does not scan the history.
+    /// waiting for one id's event does not scan the history; filed when a wait asks, up to
+    /// history index `events_indexed` (a run that never waits files nothing).
     event_index: BTreeSet<(u8, u8, u32, CmEventType, usize)>,
+    events_indexed: usize,
     /// Per host: every datagram it sent, in order (to name the fabric's drops).
     tx_meta: Vec<Vec<WireMsg>>,
     /// Per host: how many of its Sent events of the fabric trace were matched.
@@ -1070,6 +1072,7 @@ impl World {
             entries_hash: (0, WordHash::new()),
             qps: BTreeMap::new(),
             event_index: BTreeSet::new(),
+            events_indexed: 0,
             // Sized for a generated scenario's datagrams: grown once or not at all.
             tx_meta: (0..n).map(|_| Vec::with_capacity(32)).collect(),
             tx_matched: vec![0; n],
@@ -1128,10 +1131,6 @@ impl World {
     }
 
     fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
-        if let Record::Event { id, event, .. } = rec {
-            let index = self.history.entries.len();
-            self.event_index.insert((h as u8, epoch, id, event, index));
-        }
         let e = Entry {
             at,
             host: h as u8,
@@ -1191,6 +1190,7 @@ impl World {
 
     /// Takes the history out (the World keeps an empty one).
     pub fn take_history(&mut self) -> History {
+        self.events_indexed = 0;
         std::mem::take(&mut self.history)
     }
 
@@ -1324,6 +1324,17 @@ impl World {
         self.wait_event_from(0, h, id, kind)
     }
 
+    /// Files the CM events recorded since the last call in `event_index`.
+    fn index_events(&mut self) {
+        let entries = self.history.entries.iter().enumerate();
+        for (index, e) in entries.skip(self.events_indexed) {
+            if let Record::Event { id, event, .. } = e.rec {
+                self.event_index.insert((e.host, e.epoch, id, event, index));
+            }
+        }
+        self.events_indexed = self.history.entries.len();
+    }
+
     /// [`wait_event`](Self::wait_event), looking only at history entries from index `from`
     /// on (e.g. `history().entries.len()` before a call, to skip older events).
     ///
@@ -1340,6 +1351,7 @@ impl World {
         loop {
             let epoch = self.epoch(h);
             let found = if let Some(id) = id {
+                self.index_events();
                 let key = |i| (h as u8, epoch, id.0, kind, i);
                 self.event_index
                     .range(key(from)..=key(usize::MAX))
