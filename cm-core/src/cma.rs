@@ -497,8 +497,17 @@ impl Cma {
             return Err(inval("rdma_disconnect: id never connected"));
         }
         let ib = IbCmId(id.0);
-        if self.engine.send_dreq(now, ib, &[]).is_err() {
-            let _ = self.engine.send_drep(now, ib, &[]);
+        // A DREQ from ESTABLISHED, a DREP from DREQ_RCVD, nothing in any other state (where
+        // both calls refuse, changing nothing). The state is asked first: a refused call would
+        // format an error message only for it to be dropped.
+        match self.engine.state(ib) {
+            Some(IbCmState::Established) => {
+                let _ = self.engine.send_dreq(now, ib, &[]);
+            }
+            Some(IbCmState::DreqRcvd) => {
+                let _ = self.engine.send_drep(now, ib, &[]);
+            }
+            _ => {}
         }
         self.flush(gsi, now);
         Ok(())

@@ -46,25 +46,25 @@ use crate::host::Host;
 use crate::oracle::{self, Violation};
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCm};
-use cm_core::engine::{CmConfig, IbCmId, IbCmState};
+use cm_core::engine::{CmConfig, IbCmState};
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::{
-    Crash, DropReason, Endpoint, FabricEventKind, FaultPlan, Partition, PathFaults, SimFabric,
-    Simulation,
+    Crash, DropReason, Endpoint, FaultPlan, Partition, PathFaults, SimFabric, Simulation,
 };
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
 use rnic_sim::{SimDevice, SimDeviceConfig, GSI_QPN};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use verbs_core::{
-    AccessFlags, AsyncElement, AsyncEventType, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle,
-    Qp, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, CqHandle, Device, Errno, Error, Gid, Mr, PdHandle, Qp, QpAttr, QpAttrMask, QpCap,
+    QpInitAttr, QpState, RecvWr, SendWr, SimTime, WcOpcode, WcStatus, WorkCompletion,
 };
 
 mod forge;
+mod observe;
 pub use forge::{
     forged_ack, forged_req, forged_send, forged_write, write_slot, FORGED_TID, FORGED_WORD,
 };
@@ -521,6 +521,11 @@ impl History {
         for e in &self.entries {
             hash_entry(&mut h, e);
         }
+        self.finish_hash(h)
+    }
+
+    /// [`hash`](Self::hash) from `h`, the hash of the entries.
+    fn finish_hash(&self, mut h: WordHash) -> u64 {
         for &n in &self.rc_packets {
             h.write_u64(n);
         }
@@ -788,6 +793,11 @@ pub struct Node {
     host: Host,
     /// (time, direction, other host, message) since the World last drained it.
     wire: Vec<(SimTime, Dir, u8, WireMsg)>,
+    /// Something may have changed since the World last observed the host (`world/observe.rs`).
+    dirty: bool,
+    /// `host.poll_timeout()` as last asked (the simulation asks several times per event);
+    /// `None` once the host may have changed: every `&mut` path to it clears it.
+    timeout: Cell<Option<Option<SimTime>>>,
 }
 
 /// What the wire tap saw.
@@ -807,12 +817,20 @@ impl Node {
 
     /// The host, mutably.
     pub fn host_mut(&mut self) -> &mut Host {
+        self.touch();
         &mut self.host
+    }
+
+    /// Marks the host changed: observed again, its timer asked again.
+    fn touch(&mut self) {
+        self.dirty = true;
+        self.timeout.set(None);
     }
 }
 
 impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.touch();
         let msg = WireMsg::parse(&bytes);
         let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
         self.host.handle_datagram(now, src, bytes);
@@ -824,6 +842,12 @@ impl Endpoint for Node {
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything, and
+        // arms timers; without work it sends and changes nothing (asked after every event).
+        if !self.host.nic().device().transmit_pending() {
+            return None;
+        }
+        self.touch();
         let (dst, bytes) = self.host.poll_transmit(now)?;
         self.wire.push((
             now,
@@ -835,10 +859,16 @@ impl Endpoint for Node {
     }
 
     fn poll_timeout(&self) -> Option<SimTime> {
-        self.host.poll_timeout()
+        if let Some(t) = self.timeout.get() {
+            return t;
+        }
+        let t = self.host.poll_timeout();
+        self.timeout.set(Some(t));
+        t
     }
 
     fn handle_timeout(&mut self, now: SimTime) {
+        self.touch();
         self.host.handle_timeout(now)
     }
 
@@ -964,11 +994,16 @@ pub struct World {
     cfg: WorldConfig,
     apps: Vec<App>,
     history: History,
+    /// The [`WordHash`] of the first `.0` history entries, kept as they are recorded (off the
+    /// critical path of `trace_hash`).
+    entries_hash: (usize, WordHash),
     /// (host, epoch, QPN) → (QP, seen in ERR).
     qps: BTreeMap<(usize, u8, u32), (Qp, bool)>,
     /// Every CM event in the history by (host, epoch, id, type, history index), so that
-    /// waiting for one id's event does not scan the history.
+    /// waiting for one id's event does not scan the history; filed when a wait asks, up to
+    /// history index `events_indexed` (a run that never waits files nothing).
     event_index: BTreeSet<(u8, u8, u32, CmEventType, usize)>,
+    events_indexed: usize,
     /// Per host: every datagram it sent, in order (to name the fabric's drops).
     tx_meta: Vec<Vec<WireMsg>>,
     /// Per host: how many of its Sent events of the fabric trace were matched.
@@ -995,6 +1030,8 @@ fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
     Ok(Node {
         host: Host::new(nic, cfg.cm_config(h, epoch))?,
         wire: Vec::new(),
+        dirty: true,
+        timeout: Cell::new(None),
     })
 }
 
@@ -1017,6 +1054,7 @@ impl World {
         fabric.set_trace_recording(true);
         let mut sim = Simulation::new(fabric);
         let n = cfg.hosts;
+        sim.reserve(n);
         for h in 0..n {
             sim.add_endpoint(new_node(&cfg, h, 0)?)?;
         }
@@ -1024,16 +1062,21 @@ impl World {
             sim,
             apps: Vec::with_capacity(n),
             history: History {
+                // A generated scenario records ~60 entries: grow once or not at all.
+                entries: Vec::with_capacity(128),
                 rc_packets: vec![0; n],
                 deaf: vec![false; n],
                 hostile: vec![false; n],
                 ..History::default()
             },
+            entries_hash: (0, WordHash::new()),
             qps: BTreeMap::new(),
             event_index: BTreeSet::new(),
-            tx_meta: vec![Vec::new(); n],
+            events_indexed: 0,
+            // Sized for a generated scenario's datagrams: grown once or not at all.
+            tx_meta: (0..n).map(|_| Vec::with_capacity(32)).collect(),
             tx_matched: vec![0; n],
-            packets: Vec::new(),
+            packets: Vec::with_capacity(64),
             trace_cursor: 0,
             pending: BTreeMap::new(),
             acks: Vec::new(),
@@ -1076,23 +1119,29 @@ impl World {
         })
     }
 
+    /// Host `h`'s node, marked for the next observation.
     fn node_mut(&mut self, h: usize) -> Result<&mut Node, Error> {
-        self.sim
-            .endpoint_mut(h)
-            .ok_or_else(|| Error::new(Errno::EINVAL, format!("no host {h}")))
+        match self.sim.endpoint_mut(h) {
+            Some(n) => {
+                n.touch();
+                Ok(n)
+            }
+            None => Err(Error::new(Errno::EINVAL, format!("no host {h}"))),
+        }
     }
 
     fn push(&mut self, at: SimTime, h: usize, epoch: u8, rec: Record) {
-        if let Record::Event { id, event, .. } = rec {
-            let index = self.history.entries.len();
-            self.event_index.insert((h as u8, epoch, id, event, index));
-        }
-        self.history.entries.push(Entry {
+        let e = Entry {
             at,
             host: h as u8,
             epoch,
             rec,
-        });
+        };
+        if self.entries_hash.0 == self.history.entries.len() {
+            hash_entry(&mut self.entries_hash.1, &e);
+            self.entries_hash.0 += 1;
+        }
+        self.history.entries.push(e);
     }
 
     fn record(&mut self, h: usize, rec: Record) {
@@ -1115,6 +1164,7 @@ impl World {
     /// The simulation, mutably: change the fault plan, drive endpoints directly. Calls made
     /// this way are not recorded.
     pub fn sim_mut(&mut self) -> &mut Simulation<Node> {
+        self.touch_all();
         &mut self.sim
     }
 
@@ -1125,7 +1175,7 @@ impl World {
 
     /// Host `h`, mutably (unrecorded calls).
     pub fn host_mut(&mut self, h: usize) -> Option<&mut Host> {
-        self.sim.endpoint_mut(h).map(Node::host_mut)
+        self.node_mut(h).ok().map(Node::host_mut)
     }
 
     /// The virtual clock.
@@ -1140,6 +1190,7 @@ impl World {
 
     /// Takes the history out (the World keeps an empty one).
     pub fn take_history(&mut self) -> History {
+        self.events_indexed = 0;
         std::mem::take(&mut self.history)
     }
 
@@ -1166,6 +1217,8 @@ impl World {
         if let Some(d) = self.history.deaf.get_mut(h) {
             *d = mode == EventMode::NeverRead;
         }
+        // Events left unread under the old mode are read at the next observation.
+        self.touch(h);
     }
 
     /// Every datagram captured (when [`WorldConfig::capture`]): (time, flow, UDP payload),
@@ -1179,342 +1232,14 @@ impl World {
     /// ([`SimFabric::trace_hash`]).
     pub fn trace_hash(&self) -> u64 {
         let mut h = WordHash::new();
-        h.write_u64(self.history.hash());
+        let (n, entries) = self.entries_hash;
+        h.write_u64(if n == self.history.entries.len() {
+            self.history.finish_hash(entries)
+        } else {
+            self.history.hash()
+        });
         h.write_u64(self.sim.fabric.trace_hash());
         h.finish()
-    }
-
-    // ---- observation ----
-
-    /// What the applications do after every simulation event: drain the wire taps, match the
-    /// fabric's drops, read (and ack) CM events, poll CQs, note QPs in ERR.
-    fn observe(&mut self) {
-        let now = self.sim.now();
-        for h in 0..self.apps.len() {
-            // A hostile host's application only forges: it reads no event, polls no CQ.
-            if self.history.hostile.get(h).copied().unwrap_or(false) {
-                self.drain_wire(h);
-            } else {
-                self.observe_host(h, now);
-            }
-        }
-        self.match_trace();
-        self.refresh_qp_states();
-    }
-
-    fn drain_wire(&mut self, h: usize) {
-        let app = self.apps[h];
-        let Some(node) = self.sim.endpoint_mut(h) else {
-            return;
-        };
-        if self.cfg.capture {
-            for c in node.host.nic_mut().take_capture() {
-                if c.flow.src.ip() == host_ip(h) {
-                    self.captures.push(c);
-                }
-            }
-        }
-        if node.wire.is_empty() {
-            return;
-        }
-        let mut wire = std::mem::take(&mut node.wire);
-        for &(at, dir, peer, msg) in &wire {
-            match dir {
-                Dir::Tx => {
-                    self.tx_meta[h].push(msg);
-                    if msg.attr == 0 {
-                        self.history.rc_packets[h] += 1;
-                    } else {
-                        self.push(
-                            at,
-                            h,
-                            app.epoch,
-                            Record::Wire {
-                                tx: true,
-                                peer,
-                                msg,
-                            },
-                        );
-                    }
-                }
-                Dir::Rx => self.push(
-                    at,
-                    h,
-                    app.epoch,
-                    Record::Wire {
-                        tx: false,
-                        peer,
-                        msg,
-                    },
-                ),
-                Dir::RxDropped => {
-                    self.push(at, h, app.epoch, Record::Fault(Fault::Corrupted { msg }))
-                }
-            }
-        }
-        wire.clear();
-        if let Some(node) = self.sim.endpoint_mut(h) {
-            node.wire = wire;
-        }
-    }
-
-    fn observe_host(&mut self, h: usize, now: SimTime) {
-        let app = self.apps[h];
-        self.drain_wire(h);
-        // Due acks.
-        if !self.acks.is_empty() {
-            let mut i = 0;
-            while i < self.acks.len() {
-                if self.acks[i].0 <= now && self.acks[i].1 == h {
-                    let (_, _, epoch, ev) = self.acks.remove(i);
-                    if epoch == app.epoch {
-                        self.ack(h, ev);
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-        }
-        if app.mode != EventMode::NeverRead {
-            loop {
-                let Some(node) = self.sim.endpoint_mut(h) else {
-                    return;
-                };
-                let (cm, dev) = node.host.split();
-                // `get_cm_event` on an empty channel builds an EAGAIN error (a String): ask first.
-                if cm.pending_events(app.ch) == 0 {
-                    break;
-                }
-                let Ok(ev) = cm.get_cm_event(dev, now, app.ch) else {
-                    break;
-                };
-                let comm_id = cm.engine().local_comm_id(IbCmId(ev.id.0)).unwrap_or(0);
-                let timewait_ns = if ev.event == CmEventType::Disconnected {
-                    cm.qp(ev.id)
-                        .and_then(|qp| dev.query_qp(qp.handle).ok())
-                        .map_or(0, |(a, _)| (1u64 << a.timeout.saturating_sub(8)) * MS)
-                } else {
-                    0
-                };
-                self.push(
-                    now,
-                    h,
-                    app.epoch,
-                    Record::Event {
-                        id: ev.id.0,
-                        event: ev.event,
-                        status: ev.status,
-                        comm_id,
-                        timewait_ns,
-                    },
-                );
-                match app.mode {
-                    EventMode::AckAtOnce => self.ack(h, ev),
-                    EventMode::AckAfter(d) => self.acks.push((now.plus_nanos(d), h, app.epoch, ev)),
-                    EventMode::NeverAck | EventMode::NeverRead => {}
-                }
-            }
-        }
-        self.poll_cqs(h, now);
-    }
-
-    fn ack(&mut self, h: usize, ev: CmEvent) {
-        let (id, event) = (ev.id.0, ev.event);
-        let Some(node) = self.sim.endpoint_mut(h) else {
-            return;
-        };
-        let r = node.host.split().0.ack_cm_event(ev);
-        let errno = errno_of(&r);
-        self.record(
-            h,
-            Record::Call {
-                call: Call::Ack { id, event },
-                errno,
-            },
-        );
-    }
-
-    fn poll_cqs(&mut self, h: usize, now: SimTime) {
-        let app = self.apps[h];
-        while let Some(ev) = self
-            .sim
-            .endpoint_mut(h)
-            .and_then(|n| n.host.split().1.get_async_event())
-        {
-            let queue = match ev.element {
-                AsyncElement::Cq(cq) if cq == app.send_cq => Queue::Send,
-                AsyncElement::Cq(cq) if cq == app.recv_cq => Queue::Recv,
-                _ => continue,
-            };
-            if ev.event_type == AsyncEventType::CqErr {
-                self.push(now, h, app.epoch, Record::CqErr { queue });
-            }
-        }
-        let mut wcs = std::mem::take(&mut self.wcs);
-        for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
-            wcs.clear();
-            let Some(node) = self.sim.endpoint_mut(h) else {
-                break;
-            };
-            let dev = node.host.split().1;
-            while matches!(dev.poll_cq(cq, 64, &mut wcs), Ok(n) if n > 0) {}
-            for wc in &wcs {
-                let data_ok = self.check_data(h, wc);
-                self.push(
-                    now,
-                    h,
-                    app.epoch,
-                    Record::Completion {
-                        qpn: wc.qp_num,
-                        wr_id: wc.wr_id,
-                        queue,
-                        opcode: wc.opcode,
-                        status: wc.status,
-                        byte_len: wc.byte_len,
-                        data_ok,
-                    },
-                );
-            }
-        }
-        self.wcs = wcs;
-    }
-
-    /// S6 for one completion: reads the destination and compares it with the pattern.
-    fn check_data(&mut self, h: usize, wc: &WorkCompletion) -> bool {
-        let Some(p) = self.pending.remove(&wc.wr_id) else {
-            return true;
-        };
-        if wc.status != WcStatus::Success {
-            return true;
-        }
-        let seed = self.data_seed;
-        let mut buf = [0u8; SLOT_BYTES as usize];
-        let tag_of = |b: &[u8]| {
-            let mut id = [0u8; 8];
-            id.copy_from_slice(&b[..8]);
-            u64::from_le_bytes(id)
-        };
-        match p.op {
-            Op::Recv => {
-                let n = (wc.byte_len as usize).min(buf.len());
-                if n < 8 || !self.read_mr(h, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                matches_pattern(seed, tag_of(&buf), 0, &buf[8..n], 8)
-            }
-            Op::Read => {
-                let n = p.len as usize;
-                if !self.read_mr(h, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                // The slot of the READ region the WR read: same slot index as its destination.
-                matches_pattern(seed, 1 << 63 | p.peer as u64, p.off - DST_OFF, &buf[..n], 0)
-            }
-            Op::Write => {
-                // The peer's memory, if it is still the life the WRITE went to.
-                if self.apps.get(p.peer).map(|a| a.epoch) != Some(p.peer_epoch)
-                    || p.epoch != self.apps[h].epoch
-                {
-                    return true;
-                }
-                let n = p.len as usize;
-                if !self.read_mr(p.peer, p.off, &mut buf[..n]) {
-                    return false;
-                }
-                let tag = tag_of(&buf);
-                // A later WRITE to the same slot may have landed already: only a torn or
-                // foreign payload is a mismatch.
-                tag >= wc.wr_id && matches_pattern(seed, tag, 0, &buf[8..n], 8)
-            }
-            Op::Send => true,
-        }
-    }
-
-    /// Reads `buf.len()` bytes at `off` of host `h`'s application MR; false if it cannot.
-    fn read_mr(&self, h: usize, off: u64, buf: &mut [u8]) -> bool {
-        match (self.sim.endpoint(h), self.apps.get(h)) {
-            (Some(node), Some(app)) => node
-                .host
-                .nic()
-                .device()
-                .mr_read(app.mr.handle, off, buf)
-                .is_ok(),
-            _ => false,
-        }
-    }
-
-    /// Names the fabric's new drops and duplicates by the sender's send order.
-    fn match_trace(&mut self) {
-        let trace = self.sim.fabric.trace();
-        let new = trace.len().saturating_sub(self.trace_cursor);
-        if new == 0 {
-            return;
-        }
-        let mut faults: Vec<(SimTime, usize, Fault)> = Vec::new();
-        for ev in &trace[self.trace_cursor..] {
-            let pid = ev.packet as usize;
-            match ev.kind {
-                FabricEventKind::Sent { .. } => {
-                    let h = host_index(ev.src.ip());
-                    let k = self.tx_matched.get(h).copied().unwrap_or(0);
-                    let msg = self
-                        .tx_meta
-                        .get(h)
-                        .and_then(|v| v.get(k))
-                        .copied()
-                        .unwrap_or_default();
-                    if let Some(m) = self.tx_matched.get_mut(h) {
-                        *m += 1;
-                    }
-                    if self.packets.len() <= pid {
-                        self.packets.resize(pid + 1, (0, WireMsg::default()));
-                    }
-                    self.packets[pid] = (h as u8, msg);
-                }
-                FabricEventKind::Duplicated { copy } => {
-                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
-                    let c = copy as usize;
-                    if self.packets.len() <= c {
-                        self.packets.resize(c + 1, (0, WireMsg::default()));
-                    }
-                    self.packets[c] = (h, msg);
-                    faults.push((ev.at, usize::from(h), Fault::Duplicated { msg }));
-                }
-                FabricEventKind::Dropped(reason) => {
-                    let (h, msg) = self.packets.get(pid).copied().unwrap_or_default();
-                    faults.push((ev.at, usize::from(h), Fault::Dropped { reason, msg }));
-                }
-                _ => {}
-            }
-        }
-        self.trace_cursor = trace.len();
-        for (at, h, f) in faults {
-            let epoch = self.apps.get(h).map_or(0, |a| a.epoch);
-            self.push(at, h, epoch, Record::Fault(f));
-        }
-    }
-
-    /// Records the QPs of the application that entered ERR since the last call, as the
-    /// devices report them ([`SimDevice::take_entered_err`]; no per-QP query).
-    fn refresh_qp_states(&mut self) {
-        for h in 0..self.apps.len() {
-            let epoch = self.apps[h].epoch;
-            let Some(node) = self.sim.endpoint_mut(h) else {
-                continue;
-            };
-            for qpn in node.host.nic_mut().device_mut().take_entered_err() {
-                match self.qps.get_mut(&(h, epoch, qpn)) {
-                    Some((_, err)) if !*err => *err = true,
-                    _ => continue,
-                }
-                self.record(h, Record::QpErr { qpn });
-            }
-        }
-    }
-
-    fn qp_in_err(&self, h: usize, qpn: u32) -> bool {
-        let epoch = self.apps[h].epoch;
-        self.qps.get(&(h, epoch, qpn)).is_some_and(|q| q.1)
     }
 
     // ---- running ----
@@ -1599,6 +1324,17 @@ impl World {
         self.wait_event_from(0, h, id, kind)
     }
 
+    /// Files the CM events recorded since the last call in `event_index`.
+    fn index_events(&mut self) {
+        let entries = self.history.entries.iter().enumerate();
+        for (index, e) in entries.skip(self.events_indexed) {
+            if let Record::Event { id, event, .. } = e.rec {
+                self.event_index.insert((e.host, e.epoch, id, event, index));
+            }
+        }
+        self.events_indexed = self.history.entries.len();
+    }
+
     /// [`wait_event`](Self::wait_event), looking only at history entries from index `from`
     /// on (e.g. `history().entries.len()` before a call, to skip older events).
     ///
@@ -1615,6 +1351,7 @@ impl World {
         loop {
             let epoch = self.epoch(h);
             let found = if let Some(id) = id {
+                self.index_events();
                 let key = |i| (h as u8, epoch, id.0, kind, i);
                 self.event_index
                     .range(key(from)..=key(usize::MAX))
@@ -1879,44 +1616,46 @@ impl World {
             return Vec::new();
         }
         let seed = self.data_seed;
-        let ids: Vec<u64> = (self.next_wr..self.next_wr + n as u64).collect();
+        let ids = self.next_wr..self.next_wr + n as u64;
         self.next_wr += n as u64;
         let mr = self.apps[e.host].mr;
         let peer = self.apps.get(e.peer).copied();
         let peer_epoch = peer.map_or(0, |p| p.epoch);
-        let mut infos = Vec::with_capacity(n);
         let slot = |id: u64| (id % SLOTS) * SLOT_BYTES;
+        let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
+        // Where WR `id` lands (what `check_data` reads) and its length.
+        let info = |id: u64| match op {
+            Op::Recv => (RECV_OFF + slot(id), SLOT_BYTES as u32),
+            Op::Send => (0, len_of(id)),
+            Op::Write | Op::Read => (DST_OFF + slot(id), len_of(id)),
+        };
         if op == Op::Read {
             // The READ source: the peer's slot holds the pattern of (seed, peer) at the slot's
             // offset (filled here, before the READ can reach it, not at boot: cheaper).
-            if let (Some(p), Some(node)) = (peer, self.sim.endpoint_mut(e.peer)) {
+            if let (Some(p), Ok(node)) = (peer, self.node_mut(e.peer)) {
                 let dev = node.host.nic_mut().device_mut();
-                for &id in &ids {
+                for id in ids.clone() {
                     let mut buf = [0u8; SLOT_BYTES as usize];
                     fill_pattern(seed, 1 << 63 | e.peer as u64, slot(id), &mut buf);
                     let _ = dev.mr_write(p.mr.handle, READ_SRC_OFF + slot(id), &buf);
                 }
             }
         }
-        let Some(node) = self.sim.endpoint_mut(e.host) else {
+        let Ok(node) = self.node_mut(e.host) else {
             return Vec::new();
         };
         let nic = node.host.nic_mut();
-        let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
         let r = match op {
             Op::Recv => {
                 let wrs: Vec<RecvWr> = ids
-                    .iter()
-                    .map(|&id| {
-                        infos.push((id, RECV_OFF + slot(id), SLOT_BYTES as u32));
-                        RecvWr::new(id, vec![mr.sge(RECV_OFF + slot(id), SLOT_BYTES as u32)])
-                    })
+                    .clone()
+                    .map(|id| RecvWr::new(id, vec![mr.sge(RECV_OFF + slot(id), SLOT_BYTES as u32)]))
                     .collect();
                 nic.post_recv(e.qp.handle, &wrs)
             }
             Op::Send | Op::Write => {
                 let mut wrs = Vec::with_capacity(n);
-                for &id in &ids {
+                for id in ids.clone() {
                     let len = len_of(id);
                     let mut buf = [0u8; SLOT_BYTES as usize];
                     let buf = &mut buf[..len as usize];
@@ -1925,12 +1664,10 @@ impl World {
                     let _ = nic.mr_write(mr.handle, SEND_OFF + slot(id), buf);
                     let sge = vec![mr.sge(SEND_OFF + slot(id), len)];
                     if op == Op::Send {
-                        infos.push((id, 0, len));
                         wrs.push(SendWr::send(id, sge));
                     } else {
                         let (addr, rkey) =
                             peer.map_or((0, 0), |p| (p.mr.addr + DST_OFF + slot(id), p.mr.rkey));
-                        infos.push((id, DST_OFF + slot(id), len));
                         wrs.push(SendWr::rdma_write(id, sge, addr, rkey));
                     }
                 }
@@ -1938,10 +1675,9 @@ impl World {
             }
             Op::Read => {
                 let wrs: Vec<SendWr> = ids
-                    .iter()
-                    .map(|&id| {
+                    .clone()
+                    .map(|id| {
                         let len = len_of(id);
-                        infos.push((id, DST_OFF + slot(id), len));
                         let (addr, rkey) = peer
                             .map_or((0, 0), |p| (p.mr.addr + READ_SRC_OFF + slot(id), p.mr.rkey));
                         SendWr::rdma_read(id, vec![mr.sge(DST_OFF + slot(id), len)], addr, rkey)
@@ -1971,7 +1707,8 @@ impl World {
         } else {
             Queue::Send
         };
-        for &(id, off, len) in &infos[..accepted] {
+        for id in ids.clone().take(accepted) {
+            let (off, len) = info(id);
             self.pending.insert(
                 id,
                 Pending {
@@ -1997,7 +1734,7 @@ impl World {
         }
         self.refresh_qp_states();
         self.observe();
-        ids[..accepted].to_vec()
+        ids.take(accepted).collect()
     }
 
     /// Crashes host `h` now; with `restart_after_ns`, it comes back that much later with

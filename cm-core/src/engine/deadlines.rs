@@ -11,26 +11,44 @@ use super::*;
 pub(super) struct TimerIndex {
     by_time: BTreeSet<(SimTime, IbCmId)>,
     armed: BTreeMap<IbCmId, SimTime>,
-    pub(super) touched: Vec<IbCmId>,
+    touched: Vec<IbCmId>,
+    /// `handle_timeout`'s list of due ids, kept for its buffer.
+    due: Vec<IbCmId>,
 }
 
 impl TimerIndex {
+    /// Notes that `id`'s deadlines may have changed (once for a run of touches of one id: a
+    /// handler touches its id several times, and `sync` would find the later ones unchanged).
+    pub(super) fn touch(&mut self, id: IbCmId) {
+        if self.touched.last() != Some(&id) {
+            self.touched.push(id);
+        }
+    }
+
     pub(super) fn sync(&mut self, conns: &BTreeMap<IbCmId, Conn>) {
-        for id in std::mem::take(&mut self.touched) {
+        if self.touched.is_empty() {
+            return;
+        }
+        // Taken and given back emptied: the list keeps its buffer (it fills on every MAD).
+        let mut touched = std::mem::take(&mut self.touched);
+        for &id in &touched {
             let want = conns.get(&id).and_then(Conn::deadline);
-            let had = self.armed.get(&id).copied();
+            let had = match want {
+                Some(t) => self.armed.insert(id, t),
+                None => self.armed.remove(&id),
+            };
             if had == want {
                 continue;
             }
             if let Some(t) = had {
                 self.by_time.remove(&(t, id));
-                self.armed.remove(&id);
             }
             if let Some(t) = want {
                 self.by_time.insert((t, id));
-                self.armed.insert(id, t);
             }
         }
+        touched.clear();
+        self.touched = touched;
     }
 }
 
@@ -66,16 +84,20 @@ impl CmEngine {
     pub fn handle_timeout(&mut self, now: SimTime) {
         let timers = self.timers.get_mut();
         timers.sync(&self.conns);
-        let mut due: Vec<IbCmId> = timers
-            .by_time
-            .iter()
-            .take_while(|(t, _)| *t <= now)
-            .map(|(_, id)| *id)
-            .collect();
+        let mut due = std::mem::take(&mut timers.due);
+        due.extend(
+            timers
+                .by_time
+                .iter()
+                .take_while(|(t, _)| *t <= now)
+                .map(|(_, id)| *id),
+        );
         due.sort_unstable();
-        for id in due {
+        for &id in &due {
             self.fire_timers(now, id);
         }
+        due.clear();
+        self.timers.get_mut().due = due;
     }
 
     fn fire_timers(&mut self, now: SimTime, id: IbCmId) {

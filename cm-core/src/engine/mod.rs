@@ -417,7 +417,7 @@ pub struct CmEngine {
 macro_rules! conn_mut {
     ($engine:ident, $id:expr) => {{
         let id: IbCmId = $id;
-        $engine.timers.get_mut().touched.push(id);
+        $engine.timers.get_mut().touch(id);
         $engine.conns.get_mut(&id)
     }};
 }
@@ -728,7 +728,7 @@ impl CmEngine {
         }
         self.remove_from_tables(id);
         if let Some(c) = self.conns.remove(&id) {
-            self.timers.get_mut().touched.push(id);
+            self.timers.get_mut().touch(id);
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);

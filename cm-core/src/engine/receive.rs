@@ -71,7 +71,10 @@ impl CmEngine {
 
     /// Stale connection on the old id: try a DREQ (succeeds only when ESTABLISHED, §3.4).
     fn dreq_stale(&mut self, now: SimTime, old: IbCmId) {
-        let _ = self.send_dreq(now, old, &[]);
+        // Only ESTABLISHED sends one (asked first: a refusal formats an error to drop).
+        if self.state(old) == Some(IbCmState::Established) {
+            let _ = self.send_dreq(now, old, &[]);
+        }
     }
 
     fn on_req(&mut self, now: SimTime, src: Gid, tid: u64, r: Req) {

@@ -108,13 +108,26 @@ pub struct SimDevice {
     /// QPs touched since the last [`SimDevice::poll_transmit`] ran the requesters: only they
     /// can have something new to send (a QP's requester emits all it may in one go, and only
     /// an operation on that QP — a post, a packet, a modify, a timer — lets it send more).
-    /// Runs in QPN order, as a scan of every QP would.
-    tx_pending: BTreeSet<u32>,
+    /// Runs in QPN order, as a scan of every QP would (sorted and deduplicated then: a `Vec`
+    /// keeps its buffer, where a set allocates a node whenever it fills again).
+    tx_pending: Vec<u32>,
     /// Every armed transport timer, `(earliest deadline, QPN)`, one entry per QP, kept exact
     /// after each operation on a QP ([`SimDevice::sync_deadline`]).
     deadlines: BTreeSet<(SimTime, u32)>,
     /// The deadline each QP has in `deadlines`.
     deadline_of: BTreeMap<u32, SimTime>,
+}
+
+/// Notes in `pending` (`SimDevice::tx_pending`) that QP `qpn` may have something to send,
+/// keeping the list at most about twice the device's `qps` QPs however long nobody polls.
+fn note_tx(pending: &mut Vec<u32>, qps: usize, qpn: u32) {
+    if pending.last() != Some(&qpn) {
+        pending.push(qpn);
+    }
+    if pending.len() > 2 * qps + 64 {
+        pending.sort_unstable();
+        pending.dedup();
+    }
 }
 
 fn qp_handle_err() -> Error {
@@ -148,7 +161,7 @@ impl SimDevice {
             qps: BTreeMap::new(),
             cq_users: BTreeMap::new(),
             gsi: crate::gsi::Gsi::default(),
-            tx_pending: BTreeSet::new(),
+            tx_pending: Vec::new(),
             deadlines: BTreeSet::new(),
             deadline_of: BTreeMap::new(),
         }
@@ -228,19 +241,23 @@ impl SimDevice {
         now: SimTime,
     ) -> Option<(Transmit, Option<Payload<'_>>)> {
         if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
-            let pending = std::mem::take(&mut self.tx_pending);
+            let mut pending = std::mem::take(&mut self.tx_pending);
+            pending.sort_unstable();
+            pending.dedup();
             for &qpn in &pending {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.transmit(&mut self.sh, now);
                     qp.settle(&mut self.sh);
                 }
             }
-            for qpn in pending {
+            for &qpn in &pending {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
                     qp.flush_pending_ack(&mut self.sh);
                 }
                 self.sync_deadline(qpn);
             }
+            pending.clear();
+            self.tx_pending = pending;
         }
         loop {
             let o = self.sh.tx.pop_front()?;
@@ -254,6 +271,13 @@ impl SimDevice {
         }
     }
 
+    /// Whether [`poll_transmit`](Self::poll_transmit) has work: a packet queued, or a QP
+    /// touched since its last transmit pass. When false, it returns `None` and changes nothing
+    /// (an observer may skip reading the device's completions after it).
+    pub fn transmit_pending(&self) -> bool {
+        !self.sh.tx.is_empty() || !self.tx_pending.is_empty()
+    }
+
     /// The QPNs of the QPs that entered the ERR state (by `modify_qp`, a transport error or a
     /// CQ overrun) since the last call, each once, in QPN order; destroyed QPs are left out.
     /// Lets an observer (the testbed's World) follow QP states without querying every QP
@@ -262,11 +286,16 @@ impl SimDevice {
         std::mem::take(&mut self.sh.entered_err)
     }
 
+    /// Whether [`take_entered_err`](Self::take_entered_err) has anything to give.
+    pub fn has_entered_err(&self) -> bool {
+        !self.sh.entered_err.is_empty()
+    }
+
     /// After an operation on QP `qpn`: it may have something to send, and its timers may have
     /// moved. Keeps `poll_transmit` and `poll_timeout` from scanning every QP (a World holds
     /// tens of thousands).
     fn touched(&mut self, qpn: u32) {
-        self.tx_pending.insert(qpn);
+        note_tx(&mut self.tx_pending, self.qps.len(), qpn);
         self.sync_deadline(qpn);
     }
 
@@ -306,6 +335,7 @@ impl SimDevice {
             crate::gsi::on_gsi_packet(&mut self.gsi, c, src, packet);
             return;
         }
+        let qps = self.qps.len();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             c.unknown_qp += 1;
             return;
@@ -327,7 +357,7 @@ impl SimDevice {
                 }
                 // Only now may the QP have something to send (an ACK, a response, a
                 // retransmission): a packet refused above costs it no transmit pass.
-                self.tx_pending.insert(qpn);
+                note_tx(&mut self.tx_pending, qps, qpn);
                 if packet.bth.opcode.is_response() {
                     qp.on_response(&mut self.sh, now, packet);
                 } else {
@@ -774,7 +804,7 @@ impl Device for SimDevice {
                 }
             }
         }
-        self.tx_pending.remove(&qp.0);
+        self.tx_pending.retain(|&q| q != qp.0);
         self.sh.entered_err.remove(&qp.0);
         self.sync_deadline(qp.0);
         Ok(())

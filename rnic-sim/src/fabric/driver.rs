@@ -81,6 +81,12 @@ impl<E: Endpoint> Simulation<E> {
         Ok(index)
     }
 
+    /// Makes room for `additional` more endpoints (an endpoint may be large: no moves while
+    /// adding them).
+    pub fn reserve(&mut self, additional: usize) {
+        self.endpoints.reserve(additional);
+    }
+
     /// The endpoints, by index.
     pub fn endpoints(&self) -> &[E] {
         &self.endpoints
@@ -158,17 +164,31 @@ impl<E: Endpoint> Simulation<E> {
     }
 
     /// The earliest event: (time, kind), ties by [`Event`] order.
+    ///
+    /// Candidates come in [`Event`] order (the delivery, then timeouts by index), so only a
+    /// strictly earlier one replaces the best so far; and an endpoint whose deadline is not
+    /// before the best cannot win (its host is up at that deadline or later), so its host's
+    /// crash windows are not searched.
     fn next_event(&self) -> Option<(SimTime, Event)> {
-        let delivery = self
+        let mut best = self
             .fabric
             .next_delivery_time()
             .map(|t| (t.max(self.now), Event::Delivery));
-        let timeouts = self.endpoints.iter().enumerate().filter_map(|(i, e)| {
-            let due = e.poll_timeout()?.max(self.now);
-            let up = self.fabric.plan().next_up(e.addr().ip(), due)?;
-            Some((up, Event::Timeout(i)))
-        });
-        delivery.into_iter().chain(timeouts).min()
+        for (i, e) in self.endpoints.iter().enumerate() {
+            let Some(due) = e.poll_timeout().map(|t| t.max(self.now)) else {
+                continue;
+            };
+            if best.is_some_and(|(b, _)| b <= due) {
+                continue;
+            }
+            let Some(up) = self.fabric.plan().next_up(e.addr().ip(), due) else {
+                continue;
+            };
+            if best.is_none_or(|(b, _)| up < b) {
+                best = Some((up, Event::Timeout(i)));
+            }
+        }
+        best
     }
 
     fn process(&mut self, at: SimTime, event: Event) {

@@ -2,7 +2,8 @@
 //! passes the virtual time in, the fabric keeps datagrams in flight in an event queue ordered by
 //! (arrival time, packet id) and applies the [`FaultPlan`] with its seeded [`Rng`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::{Bytes, BytesMut};
@@ -51,12 +52,35 @@ pub struct FabricStats {
 /// A datagram on the wire.
 #[derive(Debug)]
 struct InFlight {
+    /// (arrival time, packet id): its place in the queue, unique (packet ids are).
+    key: (SimTime, u64),
     src: SocketAddr,
     dst: SocketAddr,
     bytes: Bytes,
     /// `payload_digest(bytes)`, computed once when the copy is put in flight.
     digest: u64,
 }
+
+/// Ordered by [`InFlight::key`] alone.
+impl Ord for InFlight {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for InFlight {}
 
 /// The deterministic in-memory network.
 ///
@@ -73,8 +97,10 @@ pub struct SimFabric {
     plan: FaultPlan,
     rng: Rng,
     path_rngs: BTreeMap<(IpAddr, IpAddr), Rng>,
-    /// In flight, keyed by (arrival time, packet id): ties break by send order.
-    queue: BTreeMap<(SimTime, u64), InFlight>,
+    /// In flight, earliest (arrival time, packet id) first: ties break by send order. A heap:
+    /// the keys are unique, so it pops in exactly the order of a sorted map, without a node
+    /// allocation per datagram.
+    queue: BinaryHeap<Reverse<InFlight>>,
     next_packet: u64,
     bound: BTreeSet<SocketAddr>,
     record_trace: bool,
@@ -91,7 +117,7 @@ impl SimFabric {
             plan,
             rng,
             path_rngs: BTreeMap::new(),
-            queue: BTreeMap::new(),
+            queue: BinaryHeap::new(),
             next_packet: 0,
             bound: BTreeSet::new(),
             record_trace: true,
@@ -184,12 +210,15 @@ impl SimFabric {
         let first = draw_copy();
         let second = duplicate.then(draw_copy);
 
-        self.enqueue(now, packet, src, dst, (&bytes, digest), first);
-        if let Some(second) = second {
+        // The first copy takes `bytes` itself: a clone (an allocation, for a buffer not shared
+        // yet) only for a duplicate.
+        let second = second.map(|draw| (bytes.clone(), draw));
+        self.enqueue(now, packet, src, dst, (bytes, digest), first);
+        if let Some((bytes, second)) = second {
             let copy = self.alloc_packet();
             self.stats.duplicated += 1;
             self.record(now, packet, src, dst, FabricEventKind::Duplicated { copy });
-            self.enqueue(now, copy, src, dst, (&bytes, digest), second);
+            self.enqueue(now, copy, src, dst, (bytes, digest), second);
         }
         packet
     }
@@ -197,7 +226,7 @@ impl SimFabric {
     /// The arrival time of the earliest datagram in flight, if any. (It may still be dropped on
     /// arrival, in which case [`pop_delivery`](Self::pop_delivery) at that time returns `None`.)
     pub fn next_delivery_time(&self) -> Option<SimTime> {
-        self.queue.keys().next().map(|&(at, _)| at)
+        self.queue.peek().map(|f| f.0.key.0)
     }
 
     /// The earliest datagram that has arrived by `now`, in (arrival time, packet id) order.
@@ -205,12 +234,11 @@ impl SimFabric {
     /// destination is not bound are dropped (and traced) on the way; `None` if nothing is due.
     pub fn pop_delivery(&mut self, now: SimTime) -> Option<Delivery> {
         loop {
-            let entry = self.queue.first_entry()?;
-            let &(at, packet) = entry.key();
+            let (at, packet) = self.queue.peek()?.0.key;
             if at > now {
                 return None;
             }
-            let f = entry.remove();
+            let Reverse(f) = self.queue.pop()?;
             let reason = if self.plan.is_down(f.dst.ip(), at) {
                 Some(DropReason::DestinationCrashed)
             } else if self.plan.is_partitioned(f.src.ip(), f.dst.ip(), at) {
@@ -279,24 +307,25 @@ impl SimFabric {
         id: u64,
         src: SocketAddr,
         dst: SocketAddr,
-        (bytes, digest): (&Bytes, u64),
+        (bytes, digest): (Bytes, u64),
         (bit, delay_ns): (Option<u64>, u64),
     ) {
         let mut inflight = InFlight {
+            key: (now.plus_nanos(delay_ns), id),
             src,
             dst,
-            bytes: bytes.clone(),
+            bytes,
             digest,
         };
         if let Some(bit) = bit {
-            let mut buf = BytesMut::from(&bytes[..]);
+            let mut buf = BytesMut::from(&inflight.bytes[..]);
             buf[(bit / 8) as usize] ^= 1 << (bit % 8);
             inflight.bytes = buf.freeze();
             inflight.digest = payload_digest(&inflight.bytes);
             self.stats.corrupted += 1;
             self.record(now, id, src, dst, FabricEventKind::Corrupted { bit });
         }
-        self.queue.insert((now.plus_nanos(delay_ns), id), inflight);
+        self.queue.push(Reverse(inflight));
     }
 
     fn alloc_packet(&mut self) -> u64 {

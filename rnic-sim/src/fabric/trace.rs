@@ -12,6 +12,17 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 /// The FNV-1a 64-bit prime.
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
+/// `FNV_PRIME^k` (wrapping), `k = 0..=8`: feeding `k` zero bytes multiplies the state by it.
+const FNV_PRIME_POW: [u64; 9] = {
+    let mut p = [1u64; 9];
+    let mut k = 1;
+    while k < 9 {
+        p[k] = p[k - 1].wrapping_mul(FNV_PRIME);
+        k += 1;
+    }
+    p
+};
+
 /// An incremental FNV-1a 64-bit hasher (Fowler, Noll, Vo; the IETF draft
 /// `draft-eastlake-fnv`). Not cryptographic; pinned forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +58,14 @@ impl Fnv1a {
     }
 
     /// Feeds a `u64` as 8 little-endian bytes.
+    ///
+    /// A zero byte only multiplies the state by the prime, so the high zero bytes (fed last)
+    /// are one multiplication by a power of it: the same hash, in fewer dependent steps (times,
+    /// packet ids and lengths are mostly zero bytes).
     pub fn write_u64(&mut self, v: u64) {
-        self.write(&v.to_le_bytes());
+        let n = 8 - (v.leading_zeros() / 8) as usize;
+        self.write(&v.to_le_bytes()[..n]);
+        self.0 = self.0.wrapping_mul(FNV_PRIME_POW[8 - n]);
     }
 
     /// Feeds a socket address: family byte (4 or 6), the address octets, the port (LE).
@@ -310,6 +327,27 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn write_u64_equals_feeding_its_eight_bytes() {
+        for v in [
+            0,
+            1,
+            0xff,
+            0x100,
+            0x0001_0000_0000_0000,
+            0x00ff_0000_0000_0001,
+            u64::MAX,
+            0x1234_5678_9abc_def0,
+        ] {
+            let (mut a, mut b) = (Fnv1a::new(), Fnv1a::new());
+            a.write(b"x");
+            b.write(b"x");
+            a.write_u64(v);
+            b.write(&v.to_le_bytes());
+            assert_eq!(a.finish(), b.finish(), "{v:#x}");
+        }
     }
 
     #[test]

@@ -180,7 +180,7 @@ fn run_replay(seed: u64, mermaid: Option<PathBuf>, pcap: Option<PathBuf>, quiet:
     let replay = scenario::replay_seed(seed);
     let r = &replay.report;
     if quiet {
-        emit(&format!("seed {seed}: {}\n", r.faults));
+        emit(&format!("seed {seed}: {}\n", replay.scenario.describe()));
         for v in &r.violations {
             emit(&format!("{v}\n"));
         }

@@ -53,7 +53,7 @@ impl Replay {
             r.seed,
             r.trace_hash,
             if r.passed() { "PASS" } else { "FAIL" },
-            r.faults
+            self.scenario.describe()
         );
         for e in &self.history.entries {
             let _ = writeln!(s, "{e}");
