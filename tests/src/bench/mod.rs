@@ -94,7 +94,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Outstanding WRITEs of the WRITE pings (`rnic ping --depth N`).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::ping::MAX_DEPTH)))]
     pub depth: u32,
     /// 64 KiB WRITEs per round of `write-stream` (the TCP stream sends as many bytes).
     #[arg(long, default_value_t = 10_000, help_heading = "Sizes of a round",
@@ -155,8 +155,8 @@ pub struct BenchReport {
     pub machine: Machine,
     /// Rounds of every measure.
     pub rounds: u32,
-    /// The WRITE pings' `--depth`.
-    pub depth: u32,
+    /// The WRITE pings' `--depth` (`None`: no WRITE measure ran).
+    pub depth: Option<u32>,
     /// One summary per row of the table.
     pub rows: Vec<RowSummary>,
 }
@@ -165,12 +165,13 @@ impl BenchReport {
     /// The report as text: a header (machine, units), the ratio table, every round's figures.
     pub fn to_text(&self) -> String {
         format!(
-            "rnic bench: median of {} round(s); {}, {} CPU(s); WRITE pings with --depth {}\n\
+            "rnic bench: median of {} round(s); {}, {} CPU(s){}\n\
              MB = 10^6 bytes, GB = 10^9 bytes; ratio = rnic / baseline\n\n{}\n{}",
             self.rounds,
             self.machine.cpu,
             self.machine.cpus,
-            self.depth,
+            self.depth
+                .map_or(String::new(), |d| format!("; WRITE pings with --depth {d}")),
             render(&self.rows),
             render_rounds(&self.rows)
         )
@@ -217,7 +218,10 @@ pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
     Ok(BenchReport {
         machine: Machine::this(),
         rounds: args.rounds,
-        depth: args.depth,
+        depth: measures
+            .iter()
+            .any(|m| matches!(m, Measure::WriteStream | Measure::Write1m))
+            .then_some(args.depth),
         rows: rows
             .iter()
             .flat_map(|(_, rows)| rows.iter().map(Row::summary))

@@ -176,6 +176,8 @@ pub struct PingReport {
     pub op: String,
     /// Iterations asked for.
     pub count: u32,
+    /// WRITEs kept outstanding (`--depth`; a `--op write` client only, else `None`).
+    pub depth: Option<u32>,
     /// Bytes per SEND/WRITE/READ.
     pub size: u32,
     /// Who disconnects: `client` or `server`.
@@ -221,8 +223,15 @@ impl PingReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "rnic ping {}: {} <-> {} (op {}, {} × {} B, disconnect by {})",
-            self.role, self.local, self.peer, self.op, self.count, self.size, self.disconnect_by
+            "rnic ping {}: {} <-> {} (op {}{}, {} × {} B, disconnect by {})",
+            self.role,
+            self.local,
+            self.peer,
+            self.op,
+            self.depth.map_or(String::new(), |d| format!(" depth {d}")),
+            self.count,
+            self.size,
+            self.disconnect_by
         );
         let _ = match self.path_mtu {
             Some(mtu) => writeln!(s, "  on {}, path MTU {mtu}", self.device),

@@ -107,6 +107,8 @@ impl<N: PingNic> Session<'_, N> {
             peer: self.peer.to_string(),
             op: self.params.op.name().into(),
             count: self.params.count,
+            depth: (self.role == Role::Client && self.params.op == PingOp::Write)
+                .then_some(self.write_depth),
             size: self.params.size,
             disconnect_by: self.params.disconnect_by.role().name().into(),
             iterations: self.iterations,
