@@ -22,9 +22,9 @@ use cm_core::engine::IbCmId;
 use cm_core::wire::{ip_service_id, CmMessage, IpCmHeader, RdmaPortSpace, Req, ReqPath};
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::Captured;
-use rnic_sim::roce::{encode, Aeth, AethKind, Bth, Flow, Opcode, Packet, Reth};
+use rnic_sim::roce::{encode, Aeth, AethKind, Flow, Opcode, Packet, Reth};
 use std::ops::Range;
-use verbs_core::{Device, Errno, Error, Gid, GsiEndpoint, Mr, Mtu, DEFAULT_PKEY, PSN_MASK};
+use verbs_core::{Device, Errno, Error, Gid, GsiEndpoint, Mr, Mtu, PSN_MASK};
 
 /// The 8 bytes every forged payload repeats. The World's own payloads are a pseudo-random
 /// pattern ([`super::payload_word`]), so an aligned copy of this word in a host's memory is a
@@ -53,28 +53,9 @@ fn payload(len: u32) -> Bytes {
 }
 
 fn request(opcode: Opcode, qpn: u32, psn: u32, payload: Bytes) -> Packet {
-    Packet {
-        bth: Bth {
-            opcode,
-            se: false,
-            mig_req: false,
-            pad_cnt: 0,
-            tver: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qp: qpn & 0x00ff_ffff,
-            ack_req: opcode != Opcode::RcAcknowledge,
-            psn: psn & PSN_MASK,
-        },
-        reth: None,
-        deth: None,
-        atomic_eth: None,
-        aeth: None,
-        atomic_ack_eth: None,
-        imm: None,
-        payload,
-    }
+    let mut p = Packet::bare(opcode, qpn & 0x00ff_ffff, psn, payload);
+    p.bth.ack_req = opcode != Opcode::RcAcknowledge;
+    p
 }
 
 /// An RDMA WRITE ONLY of `len` bytes of [`FORGED_WORD`]s to `remote_addr` under `rkey`, for
