@@ -24,7 +24,7 @@ use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::Captured;
 use rnic_sim::roce::{encode, Aeth, AethKind, Flow, Opcode, Packet, Reth};
 use std::ops::Range;
-use verbs_core::{Device, Errno, Error, Gid, GsiEndpoint, Mr, Mtu, PSN_MASK};
+use verbs_core::{Device, Errno, Error, Gid, GsiEndpoint, Mr, Mtu, DEFAULT_PKEY, PSN_MASK};
 
 /// The 8 bytes every forged payload repeats. The World's own payloads are a pseudo-random
 /// pattern ([`super::payload_word`]), so an aligned copy of this word in a host's memory is a
