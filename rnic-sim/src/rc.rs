@@ -106,6 +106,16 @@ impl SimQp {
         // Ask for an ACK at least twice per window, or a window smaller than
         // `max_pkts_per_ack` would stall until the retransmit timer (rxe: 64 in 128).
         let ack_every = sh.max_pkts_per_ack.min((window as u32).div_ceil(2)).max(1);
+        // A byte window also bounds the responses one READ request may draw, which nothing
+        // acknowledges: a long READ is asked for half a window at a time (so the next request
+        // can go while the last one's responses arrive), each request resuming where the
+        // last one's responses end, as a READ replayed after go-back-N does. Without a byte
+        // window (the default, rxe's behaviour) a READ is one request.
+        let read_chunk = if sh.max_unacked_bytes == u64::MAX {
+            u32::MAX
+        } else {
+            (window as u32 / 2).max(1)
+        };
         loop {
             let idx = self.req.next;
             if idx >= self.sq.len() {
@@ -175,15 +185,25 @@ impl SimQp {
             match w.wr.opcode {
                 WrOpcode::RdmaRead => {
                     let off = u64::from(k) * u64::from(mtu);
+                    let chunk = w.npkts.saturating_sub(k).min(read_chunk).max(1);
+                    // With a byte window, every response the request draws must fit it.
+                    if read_chunk != u32::MAX
+                        && psn_diff(psn_add(psn, chunk - 1), self.req.comp_psn) >= window
+                    {
+                        break;
+                    }
+                    let len =
+                        w.wr.total_len()
+                            .saturating_sub(off)
+                            .min(u64::from(chunk) * u64::from(mtu));
                     p = self.packet(Opcode::RcRdmaReadRequest, psn, Bytes::new());
                     p.reth = Some(Reth {
                         va: w.wr.rdma.remote_addr.wrapping_add(off),
                         rkey: w.wr.rdma.rkey,
-                        dma_len: u32::try_from(w.wr.total_len().saturating_sub(off))
-                            .unwrap_or(u32::MAX),
+                        dma_len: u32::try_from(len).unwrap_or(u32::MAX),
                     });
                     p.bth.ack_req = true;
-                    self.sq[idx].next_pkt = w.npkts;
+                    self.sq[idx].next_pkt = k + chunk;
                 }
                 WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                     let cmp = w.wr.opcode == WrOpcode::AtomicCmpAndSwp;
@@ -435,7 +455,9 @@ impl SimQp {
                     Opcode::RcRdmaReadResponseLast | Opcode::RcRdmaReadResponseOnly
                 );
                 self.req.read_cont = !ends;
-                if ends {
+                // A LAST before the WQE's last PSN ends one of its requests (see
+                // `read_chunk` in `transmit_rc`); the next one's responses follow.
+                if ends && psn == head_last {
                     self.complete_head(sh, WcStatus::Success);
                 }
                 self.rearm(now);

@@ -251,3 +251,41 @@ fn a_byte_window_below_the_ack_interval_still_asks_for_acks() {
     b.dev.mr_read(b.mr.handle, 0, &mut got).unwrap();
     assert_eq!(got, data);
 }
+
+#[test]
+fn with_a_byte_window_a_long_read_is_asked_for_in_pieces_that_fit_it() {
+    let (mut a, mut b) = pair();
+    // Path MTU 256: a 2 KiB window is 8 packets; the READ is 60 000 bytes, 235 packets.
+    a.dev.set_max_unacked_bytes(2048);
+    let data = pattern(60_000, 5);
+    b.dev.mr_write(b.mr.handle, 0, &data).unwrap();
+    let wr = SendWr::rdma_read(1, vec![a.mr.sge(0, 60_000)], b.mr.addr, b.mr.rkey);
+    a.dev.post_send(a.qp.handle, &[wr]).unwrap();
+    let mut most_in_flight = 0;
+    let mut moved = 0;
+    loop {
+        let reqs: Vec<_> = std::iter::from_fn(|| a.dev.poll_transmit(SimTime::ZERO)).collect();
+        let mut responses = Vec::new();
+        for t in reqs {
+            b.dev.handle_packet(SimTime::ZERO, a.dev.gid(), t.packet);
+            responses.extend(std::iter::from_fn(|| b.dev.poll_transmit(SimTime::ZERO)));
+        }
+        if responses.is_empty() {
+            break;
+        }
+        most_in_flight = most_in_flight.max(responses.len());
+        for t in responses {
+            moved += 1;
+            a.dev.handle_packet(SimTime::ZERO, b.dev.gid(), t.packet);
+        }
+    }
+    assert!(most_in_flight <= 8, "a burst of {most_in_flight} responses");
+    assert_eq!(moved, 235, "every response once, none retransmitted");
+    assert_eq!(
+        statuses(&poll(&mut a.dev, a.scq)),
+        vec![(1, WcStatus::Success)]
+    );
+    let mut got = vec![0; 60_000];
+    a.dev.mr_read(a.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, data);
+}
