@@ -81,3 +81,30 @@ fn demo_rejects_out_of_range_options() {
     assert!(run(&opts(4096, 0, Mtu::Mtu1024)).is_err());
     assert!(run(&opts(4096, 5000, Mtu::Mtu1024)).is_err());
 }
+
+/// `-v` logs at debug on stderr (the UDP drivers report the buffers and offloads they got),
+/// `RUST_LOG` overrides it, and without either the output carries no log lines.
+#[test]
+fn verbose_flag_and_rust_log_turn_on_the_log() {
+    let rnic = env!("CARGO_BIN_EXE_rnic");
+    let run = |args: &[&str], rust_log: Option<&str>| {
+        let mut cmd = std::process::Command::new(rnic);
+        cmd.args(args).env_remove("RUST_LOG");
+        if let Some(l) = rust_log {
+            cmd.env("RUST_LOG", l);
+        }
+        let out = cmd.output().expect("rnic runs");
+        assert!(out.status.success(), "{args:?} failed");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let demo = ["demo", "--size", "64"];
+    let quiet = run(&demo, None);
+    assert!(!quiet.contains("UDP driver ready"), "{quiet}");
+    let verbose = run(&["-v", "demo", "--size", "64"], None);
+    assert!(verbose.matches("DEBUG").count() >= 2, "{verbose}");
+    assert!(verbose.contains("UDP driver ready"), "{verbose}");
+    let by_env = run(&demo, Some("rnic_sim=debug"));
+    assert!(by_env.contains("UDP driver ready"), "{by_env}");
+    let env_wins = run(&["-v", "demo", "--size", "64"], Some("error"));
+    assert!(!env_wins.contains("UDP driver ready"), "{env_wins}");
+}

@@ -14,8 +14,31 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "rnic", version, about)]
 struct Cli {
+    /// Log what happens, on stderr: `-v` the important state changes (debug), `-vv` everything
+    /// (trace). `RUST_LOG` (e.g. `RUST_LOG=rnic_sim=debug`, `RUST_LOG=warn`), when set, decides
+    /// instead. Without either, only errors are logged.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Installs the `tracing` subscriber: `RUST_LOG` if set, else the level `-v` gives.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "error",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // A second subscriber cannot be installed (only in tests that call main twice): keep the
+    // first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 #[derive(Debug, Subcommand)]
@@ -220,6 +243,7 @@ fn run_replay(seed: u64, mermaid: Option<PathBuf>, pcap: Option<PathBuf>, quiet:
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     match cli.command {
         Command::Explore {
             seeds,

@@ -189,6 +189,13 @@ impl<E> Shared<E> {
     ) -> io::Result<Arc<Self>> {
         let udp = socket_state(socket)?;
         let buffers = size_socket_buffers(socket, SOCKET_BUFFER_BYTES);
+        tracing::debug!(
+            recv_buffer = buffers.recv,
+            send_buffer = buffers.send,
+            gso_segments = udp.max_gso_segments(),
+            gro_segments = udp.gro_segments(),
+            "UDP driver ready"
+        );
         Ok(Arc::new(Shared {
             driver_waiting: AtomicBool::new(false),
             poked: AtomicBool::new(false),
