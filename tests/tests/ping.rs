@@ -467,6 +467,20 @@ fn ping_exit_codes_on_failure() {
     assert_eq!(code, 2);
 }
 
+/// A socket that cannot be bound: exit 2, and the error names the address.
+#[test]
+fn a_bind_error_names_the_address() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(RNIC)
+        .args(["ping", "--listen", &addr, "--once"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("cannot bind UDP {addr}")), "{err}");
+}
+
 fn tshark_present() -> bool {
     let present = Command::new("tshark").arg("--version").output().is_ok();
     if !present {

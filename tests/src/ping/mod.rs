@@ -59,6 +59,10 @@ pub enum PingError {
     /// A socket or file operation failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The UDP socket could not be bound to this address (e.g. `EADDRINUSE`: another process
+    /// has it; `EADDRNOTAVAIL`: not an address of this host).
+    #[error("cannot bind UDP {0}: {1}")]
+    Bind(std::net::SocketAddr, std::io::Error),
     /// The device refused a verbs or CM call.
     #[error("{0}")]
     Verbs(#[from] verbs_core::Error),

@@ -124,7 +124,7 @@ impl<N: PingNic> Node<N> {
                 "{bind}: give a concrete IP address (the RNIC's GID is that address)"
             )));
         }
-        let socket = std::net::UdpSocket::bind(bind)?;
+        let socket = std::net::UdpSocket::bind(bind).map_err(|e| PingError::Bind(bind, e))?;
         let addr = socket.local_addr()?;
         let buffers = size_socket_buffers(&socket, SOCKET_BUFFER_BYTES);
         if buffers.capped() {
