@@ -27,7 +27,7 @@ pub(super) const RECV_SLOTS: usize = quinn_udp::BATCH_SIZE;
 
 /// Bytes of one receive slot: the largest UDP payload, which also bounds what GRO coalesces
 /// into one message.
-const SLOT_BYTES: usize = 1 << 16;
+const SLOT_BYTES: usize = super::MAX_DATAGRAM + 1;
 
 /// The largest payload of one GSO send: the segments and their headers must fit one IP
 /// packet's 64 KiB before the kernel cuts them.
