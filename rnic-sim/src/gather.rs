@@ -22,13 +22,10 @@
 //! The fabric drivers drain `poll_transmit` after every input (the `Endpoint` contract), so no
 //! verbs call runs between the first and the last moment.
 
-use crate::device::Transmit;
 use crate::memory::Source;
 use crate::mr::MrTable;
-use crate::qp::SendWqe;
-use crate::roce::codec::{pad_cnt_for, PayloadSource};
+use crate::roce::codec::PayloadSource;
 use bytes::{Bytes, BytesMut};
-use std::ops::Range;
 use verbs_core::{AccessFlags, Sge};
 
 /// `len` bytes at byte `off` of the region with handle `mr`.
@@ -110,26 +107,6 @@ impl Gather {
     }
 }
 
-/// The payload of bytes `range` of a SEND/WRITE WQE's message: a slice of its inline data, or
-/// empty bytes and the [`Gather`] of its SGE list that the packet leaves with (none for an
-/// empty range). `None` when an SGE no longer resolves ([`Gather::of_sges`]).
-pub(crate) fn request_payload(
-    mrs: &MrTable,
-    pd: u32,
-    w: &SendWqe,
-    range: Range<usize>,
-) -> Option<(Bytes, Option<Gather>)> {
-    if let Some(inline) = &w.payload {
-        let end = range.end.min(inline.len());
-        return Some((inline.slice(range.start.min(end)..end), None));
-    }
-    if range.is_empty() {
-        return Some((Bytes::new(), None));
-    }
-    let g = Gather::of_sges(mrs, pd, &w.wr.sg_list, range.start as u64, range.len())?;
-    Some((Bytes::new(), Some(g)))
-}
-
 /// A [`Gather`] whose regions were found: their bytes, borrowed until the packet is encoded.
 #[derive(Debug)]
 pub(crate) struct Payload<'a> {
@@ -157,29 +134,4 @@ impl PayloadSource for Payload<'_> {
             s.append_to(out);
         }
     }
-}
-
-/// A packet queued for the wire, with its payload still in registered memory when `gather` is
-/// set (then `transmit.packet.payload` is empty until it is read).
-#[derive(Debug, Clone)]
-pub(crate) struct Outgoing {
-    /// The packet and its destination.
-    pub transmit: Transmit,
-    /// Where its payload is, if not in the packet.
-    pub gather: Option<Gather>,
-}
-
-impl From<Transmit> for Outgoing {
-    fn from(transmit: Transmit) -> Self {
-        Outgoing {
-            transmit,
-            gather: None,
-        }
-    }
-}
-
-/// Puts `payload` into `t`'s packet (and the pad count that goes with it).
-pub(crate) fn fill(t: &mut Transmit, payload: Bytes) {
-    t.packet.bth.pad_cnt = pad_cnt_for(payload.len());
-    t.packet.payload = payload;
 }

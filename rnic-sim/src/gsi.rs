@@ -3,16 +3,15 @@
 //! Every device owns a GSI QP numbered 1 from its creation. It is not a verbs QP: no handle
 //! reaches it through [`verbs_core::Device`] (as on Linux, where the kernel owns QP1), and it
 //! needs no PD, MR or CQ. The CM (through the testbed) sends a MAD with
-//! [`SimDevice::gsi_send`] and takes received ones with [`SimDevice::gsi_recv`]. On the wire a
+//! [`SimDevice::gsi_send`](crate::SimDevice::gsi_send) and takes received ones with [`SimDevice::gsi_recv`](crate::SimDevice::gsi_recv). On the wire a
 //! GSI datagram is a RoCEv2 UD SEND ONLY (BTH opcode 0x64, P_Key 0xFFFF) with a DETH carrying
 //! Q_Key 0x80010000 and source QP 1 (cm-spec §1.2, §1.3, §6 item 1).
 
-use crate::device::{SimDevice, Transmit};
-use crate::psn::psn_add;
 use crate::roce::{Deth, Opcode, Packet};
+use crate::shared::Counters;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use verbs_core::{Error, Gid, GsiEndpoint, Result};
+use verbs_core::Gid;
 
 /// The GSI QP number.
 pub const GSI_QPN: u32 = 1;
@@ -20,7 +19,7 @@ pub const GSI_QPN: u32 = 1;
 /// The well-known Q_Key of QP1 (`IB_QP1_QKEY`, cm-spec §1.3).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
-/// Received GSI datagrams kept until [`SimDevice::gsi_recv`] takes them; more are dropped and
+/// Received GSI datagrams kept until [`SimDevice::gsi_recv`](crate::SimDevice::gsi_recv) takes them; more are dropped and
 /// counted (`Counters::ud_no_recv`), as a full QP1 receive queue drops MADs.
 pub const GSI_RECV_DEPTH: usize = 256;
 
@@ -44,61 +43,8 @@ pub(crate) struct Gsi {
     pub rx: VecDeque<GsiDatagram>,
 }
 
-impl SimDevice {
-    /// Sends `payload` from QP1 to QP `dest_qp` (normally [`GSI_QPN`]) of the node `dst`, as a
-    /// UD SEND ONLY with Q_Key [`GSI_QKEY`]. Queued for [`SimDevice::poll_transmit`]; UD gives
-    /// no delivery guarantee.
-    ///
-    /// # Errors
-    /// `EINVAL` when the payload is larger than the port's active MTU.
-    pub fn gsi_send(&mut self, dst: Gid, dest_qp: u32, payload: Bytes) -> Result<()> {
-        if payload.len() > self.config().active_mtu.bytes() as usize {
-            return Err(Error::inval("GSI datagram larger than the active MTU"));
-        }
-        let psn = self.gsi_mut().psn;
-        self.gsi_mut().psn = psn_add(psn, 1);
-        let packet = gsi_packet(dest_qp, psn, payload);
-        self.push_tx(Transmit { dst, packet });
-        Ok(())
-    }
-
-    /// The oldest datagram received on QP1, if any.
-    pub fn gsi_recv(&mut self) -> Option<GsiDatagram> {
-        self.gsi_mut().rx.pop_front()
-    }
-}
-
 /// Size of a MAD: every GSI datagram the CM sends is exactly this long (cm-spec §1.4).
 pub const MAD_SIZE: usize = 256;
-
-/// The CM's view of QP1: MADs to and from the GSI QP of the peer, so `cm_core::api::RdmaCm`
-/// drives the simulated RNIC unchanged. Delegates to the inherent [`SimDevice::gsi_send`]
-/// (destination QP [`GSI_QPN`]) and [`SimDevice::gsi_recv`] (cm-spec §1.1–1.3).
-impl GsiEndpoint for SimDevice {
-    /// Sends `mad` from QP1 to QP1 of the node `dst` as a UD SEND ONLY with Q_Key
-    /// [`GSI_QKEY`]. Unreliable, as UD is.
-    ///
-    /// # Errors
-    /// `EINVAL` when `mad` is not [`MAD_SIZE`] (256) bytes, or larger than the active MTU.
-    fn gsi_send(&mut self, dst: Gid, mad: &[u8]) -> Result<()> {
-        if mad.len() != MAD_SIZE {
-            return Err(Error::inval(format!(
-                "MAD is {} bytes, not {MAD_SIZE}",
-                mad.len()
-            )));
-        }
-        SimDevice::gsi_send(self, dst, GSI_QPN, Bytes::copy_from_slice(mad))
-    }
-
-    /// The oldest datagram received on QP1 as (sender GID, MAD bytes). The sender's QP is not
-    /// checked: the CM validates the MAD itself.
-    fn gsi_recv(&mut self) -> Option<verbs_core::GsiDatagram> {
-        SimDevice::gsi_recv(self).map(|d| verbs_core::GsiDatagram {
-            peer: d.src,
-            mad: d.payload.to_vec(),
-        })
-    }
-}
 
 /// The packet QP1 sends to QP `dest_qp` (normally [`GSI_QPN`]): a UD SEND ONLY with PSN
 /// `psn`, a DETH with Q_Key [`GSI_QKEY`] and source QP [`GSI_QPN`], and `payload` (cm-spec
@@ -143,12 +89,7 @@ pub fn gsi_payload(src: Gid, packet: Packet) -> std::result::Result<GsiDatagram,
 }
 
 /// Handles a packet addressed to QP1: UD SEND with the GSI Q_Key only.
-pub(crate) fn on_gsi_packet(
-    gsi: &mut Gsi,
-    counters: &mut crate::Counters,
-    src: Gid,
-    packet: Packet,
-) {
+pub(crate) fn on_gsi_packet(gsi: &mut Gsi, counters: &mut Counters, src: Gid, packet: Packet) {
     let d = match gsi_payload(src, packet) {
         Ok(d) => d,
         Err(GsiRefusal::WrongQpType) => return counters.wrong_qp_type += 1,

@@ -20,6 +20,7 @@ mod mr;
 mod psn;
 mod qp;
 mod rc;
+mod shared;
 mod ud;
 
 #[cfg(test)]

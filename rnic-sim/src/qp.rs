@@ -1,9 +1,12 @@
 //! Queue pairs: the verbs side (queues, post checks, state changes, flushes). The RC transport
 //! that moves the queues' work over the wire is in [`crate::rc`].
 
-use crate::device::Shared;
+use crate::gather::Gather;
+use crate::mr::MrTable;
+use crate::shared::Shared;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::ops::Range;
 use verbs_core::{
     AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Errno, Error, QpAttr, QpInitAttr, QpState,
     QpType, RecvWr, SendFlags, SendWr, SimTime, WcFlags, WcStatus, WorkCompletion, WrOpcode,
@@ -471,4 +474,24 @@ impl SimQp {
         self.settle(sh);
         Ok(())
     }
+}
+
+/// The payload of bytes `range` of a SEND/WRITE WQE's message: a slice of its inline data, or
+/// empty bytes and the [`Gather`] of its SGE list that the packet leaves with (none for an
+/// empty range). `None` when an SGE no longer resolves ([`Gather::of_sges`]).
+pub(crate) fn request_payload(
+    mrs: &MrTable,
+    pd: u32,
+    w: &SendWqe,
+    range: Range<usize>,
+) -> Option<(Bytes, Option<Gather>)> {
+    if let Some(inline) = &w.payload {
+        let end = range.end.min(inline.len());
+        return Some((inline.slice(range.start.min(end)..end), None));
+    }
+    if range.is_empty() {
+        return Some((Bytes::new(), None));
+    }
+    let g = Gather::of_sges(mrs, pd, &w.wr.sg_list, range.start as u64, range.len())?;
+    Some((Bytes::new(), Some(g)))
 }

@@ -1,10 +1,10 @@
 //! The UD transport of a QP: SEND ONLY (+imm) datagrams with a DETH, Q_Key check, GRH in front
 //! of the received payload (IBTA 9.8, 11.4.1.1; rxe `rxe_req.c`, `rxe_resp.c`).
 
-use crate::device::Shared;
 use crate::psn::psn_add;
 use crate::roce::{Deth, Opcode, Packet};
-use crate::Transmit;
+use crate::shared::Shared;
+use crate::shared::Transmit;
 use bytes::Bytes;
 use verbs_core::{Gid, QpState, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 

@@ -2,87 +2,27 @@
 //! packets with its fabric through a sans-IO interface (`poll_transmit`, `handle_packet`,
 //! `poll_timeout`, `handle_timeout`).
 
-use crate::cq::{Cq, CqPush};
-use crate::gather::{Outgoing, Payload};
+use crate::cq::Cq;
+use crate::gather::Payload;
 use crate::mr::{range_error, MrTable};
 use crate::qp::SimQp;
 use crate::roce::Packet;
+use crate::shared::Shared;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{
-    check_modify, AccessFlags, AsyncElement, AsyncEvent, AsyncEventType, CompChannel, CqHandle,
-    Device, DeviceAttr, Errno, Error, Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState,
-    PostError, Qp, QpAttr, QpAttrMask, QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result,
-    SendWr, SimTime, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
+    check_modify, AccessFlags, AsyncEvent, CompChannel, CqHandle, Device, DeviceAttr, Errno, Error,
+    Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState, PostError, Qp, QpAttr, QpAttrMask,
+    QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result, SendWr, SimTime, WorkCompletion,
+    LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
 };
 
 mod config;
-mod counters;
+mod gsi;
 mod registration;
 mod wire;
 
+pub use crate::shared::{Counters, ObjectCounts, Transmit};
 pub use config::SimDeviceConfig;
-pub use counters::{Counters, ObjectCounts};
-
-/// A packet the device wants on the wire: the RoCEv2 transport packet and the GID of the node
-/// it is for. The source GID is the device's own.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
-    /// Destination GID (the peer's IPv4-mapped address on RoCEv2).
-    pub dst: Gid,
-    /// The packet.
-    pub packet: Packet,
-}
-
-/// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
-#[derive(Debug, Clone)]
-pub(crate) struct Shared {
-    /// The device's GID.
-    pub gid: Gid,
-    /// Memory regions.
-    pub mrs: MrTable,
-    /// CQs by handle value.
-    pub cqs: BTreeMap<u32, Cq>,
-    /// Pending async events.
-    pub events: VecDeque<AsyncEvent>,
-    /// Packets waiting for `poll_transmit`, in order.
-    pub tx: VecDeque<Outgoing>,
-    /// Counters.
-    pub counters: Counters,
-    /// Requester window: PSNs sent but not acknowledged.
-    pub max_unacked_psns: u32,
-    /// Requester window in bytes (see [`SimDeviceConfig::max_unacked_bytes`]).
-    pub max_unacked_bytes: u64,
-    /// Request packets between two that ask for an ACK.
-    pub max_pkts_per_ack: u32,
-    /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`] last ran.
-    pub entered_err: BTreeSet<u32>,
-}
-
-impl Shared {
-    /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
-    /// `CQ_ERR` the first time) or the CQ is unknown.
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(&cq.0) else {
-            self.counters.completions_lost += 1;
-            return false;
-        };
-        match c.push(wc, solicited) {
-            CqPush::Stored => true,
-            CqPush::Overran => {
-                self.counters.completions_lost += 1;
-                self.events.push_back(AsyncEvent {
-                    event_type: AsyncEventType::CqErr,
-                    element: AsyncElement::Cq(cq),
-                });
-                false
-            }
-            CqPush::Dropped => {
-                self.counters.completions_lost += 1;
-                false
-            }
-        }
-    }
-}
 
 /// The simulated RNIC. Deterministic: no randomness but its configuration's seed, no clock,
 /// ordered maps only. `Clone` is a

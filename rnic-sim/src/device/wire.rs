@@ -28,7 +28,7 @@ impl SimDevice {
     pub fn poll_transmit(&mut self, now: SimTime) -> Option<Transmit> {
         let (mut t, payload) = self.poll_outgoing(now)?;
         if let Some(p) = payload {
-            crate::gather::fill(&mut t, p.to_bytes());
+            crate::shared::fill(&mut t, p.to_bytes());
         }
         Some(t)
     }

@@ -8,12 +8,13 @@
 mod completer;
 mod resources;
 
-use crate::device::Shared;
-use crate::gather::{request_payload, Gather, Outgoing};
+use crate::gather::Gather;
 use crate::psn::{psn_add, psn_diff};
-use crate::qp::{Cont, RdRes, SimQp, WriteCtx};
+use crate::qp::{request_payload, Cont, RdRes, SimQp, WriteCtx};
 use crate::roce::{Aeth, AethKind, AtomicAckEth, AtomicEth, NakCode, Opcode, Packet, Reth};
-use crate::Transmit;
+use crate::shared::Outgoing;
+use crate::shared::Shared;
+use crate::shared::Transmit;
 use bytes::Bytes;
 use verbs_core::{
     AccessFlags, QpState, SendFlags, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion,

@@ -54,7 +54,7 @@ pub struct Counters {
     pub retries: u64,
 }
 
-/// The number of live objects of each kind ([`SimDevice::object_counts`](super::SimDevice::object_counts)).
+/// The number of live objects of each kind ([`SimDevice::object_counts`](crate::SimDevice::object_counts)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ObjectCounts {
     /// Protection domains.

@@ -1,0 +1,66 @@
+//! The tables every part of a device shares — memory regions, CQs, async events, the transmit
+//! queue, counters and the transport limits — below the QP, the transports (RC, UD, GSI) and
+//! the device itself, which all use them and none of which they use.
+
+use crate::cq::{Cq, CqPush};
+use crate::mr::MrTable;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Gid, WorkCompletion};
+
+mod counters;
+mod transmit;
+
+pub use counters::{Counters, ObjectCounts};
+pub use transmit::Transmit;
+pub(crate) use transmit::{fill, Outgoing};
+
+/// State shared by all QPs of a device: memory, CQs, events, the transmit queue, counters.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    /// The device's GID.
+    pub gid: Gid,
+    /// Memory regions.
+    pub mrs: MrTable,
+    /// CQs by handle value.
+    pub cqs: BTreeMap<u32, Cq>,
+    /// Pending async events.
+    pub events: VecDeque<AsyncEvent>,
+    /// Packets waiting for `poll_transmit`, in order.
+    pub tx: VecDeque<Outgoing>,
+    /// Counters.
+    pub counters: Counters,
+    /// Requester window: PSNs sent but not acknowledged.
+    pub max_unacked_psns: u32,
+    /// Requester window in bytes (see [`SimDeviceConfig::max_unacked_bytes`](crate::SimDeviceConfig::max_unacked_bytes)).
+    pub max_unacked_bytes: u64,
+    /// Request packets between two that ask for an ACK.
+    pub max_pkts_per_ack: u32,
+    /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`](crate::SimDevice::take_entered_err) last ran.
+    pub entered_err: BTreeSet<u32>,
+}
+
+impl Shared {
+    /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
+    /// `CQ_ERR` the first time) or the CQ is unknown.
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(&cq.0) else {
+            self.counters.completions_lost += 1;
+            return false;
+        };
+        match c.push(wc, solicited) {
+            CqPush::Stored => true,
+            CqPush::Overran => {
+                self.counters.completions_lost += 1;
+                self.events.push_back(AsyncEvent {
+                    event_type: AsyncEventType::CqErr,
+                    element: AsyncElement::Cq(cq),
+                });
+                false
+            }
+            CqPush::Dropped => {
+                self.counters.completions_lost += 1;
+                false
+            }
+        }
+    }
+}
