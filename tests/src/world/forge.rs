@@ -16,7 +16,8 @@
 //! action (S5 takes a DISCONNECTED or REJECTED to follow a DREQ, DREP or REJ from a host that
 //! is not hostile), and that its own records are not an application to check.
 
-use super::{host_ip, End, World, CM_PORT, DST_OFF, MR_BYTES, SLOTS, SLOT_BYTES};
+use super::config::{host_ip, CM_PORT, DST_OFF, MR_BYTES, SLOTS, SLOT_BYTES};
+use super::{End, World};
 use bytes::Bytes;
 use cm_core::engine::IbCmId;
 use cm_core::wire::{ip_service_id, CmMessage, IpCmHeader, RdmaPortSpace, Req, ReqPath};

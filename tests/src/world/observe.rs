@@ -2,10 +2,10 @@
 //! name the fabric's drops, read (and ack) CM events, poll CQs, check the S6 data pattern, note
 //! QPs in ERR — and record it in the [`History`](super::History).
 
-use super::{
-    errno_of, host_index, host_ip, matches_pattern, Call, Dir, EventMode, Fault, Node, Op, Queue,
-    Record, WireMsg, World, DST_OFF, MS, SLOT_BYTES,
-};
+use super::config::{host_index, host_ip, DST_OFF, MS, SLOT_BYTES};
+use super::node::Dir;
+use super::payload::matches_pattern;
+use super::{errno_of, Call, EventMode, Fault, Node, Op, Queue, Record, WireMsg, World};
 use cm_core::api::{CmEvent, CmEventType};
 use cm_core::engine::IbCmId;
 use rnic_sim::fabric::FabricEventKind;

@@ -1,0 +1,75 @@
+//! Faults the World injects: crashes (with restart and amnesia), partitions, and healing.
+
+use super::config::host_ip;
+use super::node::new_node;
+use super::{Fault, Record, World};
+use rnic_sim::fabric::{Crash, Partition};
+use verbs_core::Error;
+
+impl World {
+    /// Crashes host `h` now; with `restart_after_ns`, it comes back that much later with
+    /// amnesia (a fresh device and CM with the same address and CA GUID, so its first QP
+    /// reuses the first QPN; a new CM seed; a new application). Without, it stays down.
+    ///
+    /// # Errors
+    /// Creating the new host's objects failed.
+    pub fn crash(&mut self, h: usize, restart_after_ns: Option<u64>) -> Result<(), Error> {
+        self.observe();
+        let now = self.now();
+        let restart = restart_after_ns.map(|d| now.plus_nanos(d.max(1)));
+        self.sim.fabric.plan_mut().crashes.push(Crash {
+            host: host_ip(h),
+            at: now,
+            restart,
+        });
+        self.record(
+            h,
+            Record::Fault(Fault::Crash {
+                restart_ns: restart.map(|t| t.as_nanos()),
+            }),
+        );
+        if restart.is_some() {
+            let epoch = self.apps[h].epoch.wrapping_add(1);
+            let node = new_node(&self.cfg, h, epoch)?;
+            *self.node_mut(h)? = node;
+            let mode = self.apps[h].mode;
+            self.apps[h] = self.create_app(h, epoch)?;
+            self.apps[h].mode = mode;
+        }
+        Ok(())
+    }
+
+    /// Marks the network healed from now on: loss, duplication and corruption off, every
+    /// partition healed now (delays stay). Liveness checks apply from here.
+    pub fn heal(&mut self) {
+        let now = self.now();
+        let plan = self.sim.fabric.plan_mut();
+        plan.default.loss = 0.0;
+        plan.default.duplicate = 0.0;
+        plan.default.corrupt = 0.0;
+        for p in plan.paths.values_mut() {
+            p.loss = 0.0;
+            p.duplicate = 0.0;
+            p.corrupt = 0.0;
+        }
+        for p in &mut plan.partitions {
+            if p.heal.is_none_or(|t| t > now) {
+                p.heal = Some(now);
+            }
+        }
+        self.history.healed_at = Some(now);
+    }
+
+    /// Cuts the network from host `from` to host `to` (one way; call twice for both) from now
+    /// for `for_ns` nanoseconds of virtual time, or until [`heal`](Self::heal) if `None`.
+    /// Virtual time makes a window around one instant drop exactly the datagrams sent in it.
+    pub fn partition_one_way(&mut self, from: usize, to: usize, for_ns: Option<u64>) {
+        let now = self.now();
+        let heal = for_ns.map(|d| now.plus_nanos(d));
+        self.sim
+            .fabric
+            .plan_mut()
+            .partitions
+            .push(Partition::one_way(host_ip(from), host_ip(to), now, heal));
+    }
+}

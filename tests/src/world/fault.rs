@@ -1,0 +1,33 @@
+//! The faults the history records.
+
+use super::wire::WireMsg;
+use rnic_sim::fabric::DropReason;
+
+/// A fault the network or the World injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The fabric dropped a datagram this host sent.
+    Dropped {
+        /// Why.
+        reason: DropReason,
+        /// What it was.
+        msg: WireMsg,
+    },
+    /// The fabric delivers a datagram this host sent twice.
+    Duplicated {
+        /// What it was.
+        msg: WireMsg,
+    },
+    /// A datagram arrived at this host corrupted and its NIC dropped it (bad ICRC or
+    /// undecodable: counted, never a panic); `msg` is what the damaged bytes read as.
+    Corrupted {
+        /// What it was (as read from the damaged bytes).
+        msg: WireMsg,
+    },
+    /// The host crashed; it comes back with amnesia at `restart_ns` (virtual ns), or never
+    /// (`None`).
+    Crash {
+        /// Restart time in ns.
+        restart_ns: Option<u64>,
+    },
+}

@@ -1,0 +1,118 @@
+//! A host as a fabric endpoint: the [`Host`] plus the wire tap.
+
+use super::config::{host_index, host_ip, WorldConfig};
+use super::wire::WireMsg;
+use crate::host::Host;
+use bytes::Bytes;
+use rnic_sim::fabric::Endpoint;
+use rnic_sim::nic::SimNic;
+use rnic_sim::{SimDevice, SimDeviceConfig};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use verbs_core::{Error, Gid, SimTime};
+
+/// A host as a fabric endpoint: the [`Host`] plus the cheap wire tap (see the module docs).
+#[derive(Debug)]
+pub struct Node {
+    pub(super) host: Host,
+    /// (time, direction, other host, message) since the World last drained it.
+    pub(super) wire: Vec<(SimTime, Dir, u8, WireMsg)>,
+    /// Something may have changed since the World last observed the host (`world/observe.rs`).
+    pub(super) dirty: bool,
+    /// `host.poll_timeout()` as last asked (the simulation asks several times per event);
+    /// `None` once the host may have changed: every `&mut` path to it clears it.
+    pub(super) timeout: Cell<Option<Option<SimTime>>>,
+}
+
+/// What the wire tap saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dir {
+    Tx,
+    Rx,
+    /// Received, and dropped by the NIC as undecodable.
+    RxDropped,
+}
+
+impl Node {
+    /// The host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The host, mutably.
+    pub fn host_mut(&mut self) -> &mut Host {
+        self.touch();
+        &mut self.host
+    }
+
+    /// Marks the host changed: observed again, its timer asked again.
+    pub(super) fn touch(&mut self) {
+        self.dirty = true;
+        self.timeout.set(None);
+    }
+}
+
+impl Endpoint for Node {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.touch();
+        let msg = WireMsg::parse(&bytes);
+        let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
+        self.host.handle_datagram(now, src, bytes);
+        let dropped = self.host.nic().datagram_counters().rx_decode_errors != bad_before;
+        if msg.attr != 0 || dropped {
+            let dir = if dropped { Dir::RxDropped } else { Dir::Rx };
+            self.wire.push((now, dir, host_index(src.ip()) as u8, msg));
+        }
+    }
+
+    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything, and
+        // arms timers; without work it sends and changes nothing (asked after every event).
+        if !self.host.nic().device().transmit_pending() {
+            return None;
+        }
+        self.touch();
+        let (dst, bytes) = self.host.poll_transmit(now)?;
+        self.wire.push((
+            now,
+            Dir::Tx,
+            host_index(dst.ip()) as u8,
+            WireMsg::parse(&bytes),
+        ));
+        Some((dst, bytes))
+    }
+
+    fn poll_timeout(&self) -> Option<SimTime> {
+        if let Some(t) = self.timeout.get() {
+            return t;
+        }
+        let t = self.host.poll_timeout();
+        self.timeout.set(Some(t));
+        t
+    }
+
+    fn handle_timeout(&mut self, now: SimTime) {
+        self.touch();
+        self.host.handle_timeout(now)
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.host.addr()
+    }
+}
+
+pub(super) fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
+    let mut dcfg = SimDeviceConfig::new("sim", Gid::from_ip(host_ip(h)));
+    dcfg.seed = cfg.device_seed(h);
+    let dev = SimDevice::new(dcfg);
+    let mut nic = SimNic::at_gid(dev);
+    if cfg.capture {
+        nic.start_capture();
+    }
+    Ok(Node {
+        host: Host::new(nic, cfg.cm_config(h, epoch))?,
+        wire: Vec::new(),
+        dirty: true,
+        timeout: Cell::new(None),
+    })
+}
