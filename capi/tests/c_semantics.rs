@@ -7,8 +7,7 @@
 //! * `verbs_basics.c`: one device `rnic0` (or `RNIC_DEVICE`); port 1 ACTIVE, Ethernet; GID 0
 //!   is the IPv4-mapped `RNIC_ADDR`, GID 5 is -1/EINVAL; `ibv_dealloc_pd` of a PD with an MR
 //!   is EBUSY; unknown access bits are EINVAL, RELAXED_ORDERING is accepted; RESET→RTS is
-//!   EINVAL; `ibv_post_send` on a RESET QP is EINVAL with `*bad_wr` the first WR;
-//!   `ibv_create_srq` is NULL/EOPNOTSUPP.
+//!   EINVAL; `ibv_post_send` on a RESET QP is EINVAL with `*bad_wr` the first WR.
 //! * `comp_channel.c`: an O_NONBLOCK completion channel gives EAGAIN, `poll()` sees the event
 //!   of an armed CQ (SEND between two loopback RC QPs of one device), `ibv_get_cq_event`
 //!   returns the CQ and its `cq_context`, one event per arm; destroying a channel a CQ uses is
@@ -23,6 +22,12 @@
 //!   `IBV_EVENT_CQ_ERR` with `element.cq` that CQ; then, O_NONBLOCK, -1/EAGAIN and not
 //!   readable; a WRITE to a QP in RTR gives `IBV_EVENT_COMM_EST` with `element.qp` that QP; the
 //!   event of a QP destroyed before it is read is skipped (EAGAIN, not readable).
+//! * `srq.c`: `ibv_create_srq` writes the granted sizes back; `ibv_post_recv` on a QP with an
+//!   SRQ is EINVAL; SENDs on two QPs sharing the SRQ take its receives oldest first, each
+//!   completion naming its QP; `srq_limit` above `max_wr` is EINVAL; the armed limit raises
+//!   `IBV_EVENT_SRQ_LIMIT_REACHED` (`element.srq`) and reads 0 after; a receiving QP to ERR
+//!   raises `IBV_EVENT_QP_LAST_WQE_REACHED` (`element.qp`) and flushes nothing of the SRQ;
+//!   `ibv_destroy_srq` is EBUSY while a QP uses it.
 //! * `cm_channel.c`: an O_NONBLOCK event channel gives EAGAIN; `rdma_resolve_addr` makes the
 //!   fd readable with ADDR_RESOLVED (status 0); `rdma_destroy_id` blocks until another thread
 //!   acks the id's event; a NULL channel (synchronous id) is EOPNOTSUPP (documented).
@@ -303,7 +308,6 @@ fn verbs_device_and_error_returns() {
             "reg_mr_remote_write_needs_local_write",
             "modify_qp_reset_to_rts",
             "post_send_in_reset",
-            "create_srq_unsupported",
             "teardown",
         ],
     );
@@ -435,6 +439,25 @@ fn async_events_through_async_fd() {
             "nonblocking_eagain_when_drained",
             "get_async_event_comm_est_qp",
             "event_of_destroyed_qp_skipped",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn shared_receive_queues() {
+    check(
+        "srq",
+        49,
+        &[],
+        &[
+            "create_srq",
+            "post_recv_on_srq_qp_einval",
+            "sends_consume_srq_in_order",
+            "srq_limit_above_max_wr_einval",
+            "srq_limit_reached_event",
+            "err_qp_last_wqe_reached_srq_kept",
+            "destroy_srq_busy",
             "teardown",
         ],
     );

@@ -51,6 +51,9 @@ pub(crate) fn device_attr(a: &sys::ibv_device_attr) -> DeviceAttr {
         max_pd: count(a.max_pd),
         max_qp_rd_atom: count(a.max_qp_rd_atom),
         max_qp_init_rd_atom: count(a.max_qp_init_rd_atom),
+        max_srq: count(a.max_srq),
+        max_srq_wr: count(a.max_srq_wr),
+        max_srq_sge: count(a.max_srq_sge),
         phys_port_cnt: a.phys_port_cnt,
     }
 }

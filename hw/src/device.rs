@@ -10,7 +10,8 @@ use std::os::fd::RawFd;
 use verbs_core::{
     AccessFlags, AsyncEvent, CompChannel, CqHandle, CqNotifier, Device, DeviceAttr, Errno, Error,
     Gid, GsiDatagram, GsiEndpoint, Mr, MrHandle, PdHandle, PortAttr, PostError, Qp, QpAttr,
-    QpAttrMask, QpHandle, QpInitAttr, RecvWr, Result, SendWr, WorkCompletion,
+    QpAttrMask, QpHandle, QpInitAttr, RecvWr, Result, SendWr, SrqAttr, SrqAttrMask, SrqHandle,
+    SrqInitAttr, WorkCompletion,
 };
 
 /// An RDMA device opened through libibverbs, one port and one GID of it: the [`Device`] of a
@@ -301,6 +302,30 @@ impl Device for HwDevice {
     /// `ibv_post_recv` of all `wrs` as one chain (`bad_wr` mapped back to its index).
     fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
         self.verbs.post_recv(qp, wrs)
+    }
+
+    /// `ibv_create_srq`; the provider may grant more than asked ([`Device::query_srq`]).
+    fn create_srq(&mut self, pd: PdHandle, init: &SrqInitAttr) -> Result<SrqHandle> {
+        self.verbs.create_srq(pd, init)
+    }
+
+    /// `ibv_modify_srq`; the provider checks (mlx5 refuses `MAX_WR` with `EINVAL`).
+    fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.verbs.modify_srq(srq, attr, mask)
+    }
+
+    fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr> {
+        self.verbs.query_srq(srq)
+    }
+
+    /// `ibv_destroy_srq` (the kernel's `EBUSY` while a QP uses it).
+    fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+        self.verbs.destroy_srq(srq)
+    }
+
+    /// `ibv_post_srq_recv` of all `wrs` as one chain (`bad_wr` mapped back to its index).
+    fn post_srq_recv(&mut self, srq: SrqHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.verbs.post_srq_recv(srq, wrs)
     }
 
     /// Reads every pending async event first (non-blocking), then returns the oldest queued.

@@ -8,7 +8,8 @@ use std::os::fd::RawFd;
 use verbs_core::{
     AccessFlags, AsyncEvent, CompChannel, CqHandle, Device, DeviceAttr, Gid, GsiDatagram,
     GsiEndpoint, Mr, MrHandle, PdHandle, PortAttr, PostError, Qp, QpAttr, QpAttrMask, QpHandle,
-    QpInitAttr, RecvWr, Result, SendWr, WorkCompletion,
+    QpInitAttr, RecvWr, Result, SendWr, SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr,
+    WorkCompletion,
 };
 
 /// An RDMA device opened through libibverbs. This build has no libibverbs backend (feature
@@ -157,6 +158,21 @@ impl Device for HwDevice {
         match self.never {}
     }
     fn post_recv(&mut self, _qp: QpHandle, _wrs: &[RecvWr]) -> Result<(), PostError> {
+        match self.never {}
+    }
+    fn create_srq(&mut self, _pd: PdHandle, _init: &SrqInitAttr) -> Result<SrqHandle> {
+        match self.never {}
+    }
+    fn modify_srq(&mut self, _srq: SrqHandle, _attr: &SrqAttr, _mask: SrqAttrMask) -> Result<()> {
+        match self.never {}
+    }
+    fn query_srq(&self, _srq: SrqHandle) -> Result<SrqAttr> {
+        match self.never {}
+    }
+    fn destroy_srq(&mut self, _srq: SrqHandle) -> Result<()> {
+        match self.never {}
+    }
+    fn post_srq_recv(&mut self, _srq: SrqHandle, _wrs: &[RecvWr]) -> Result<(), PostError> {
         match self.never {}
     }
     fn get_async_event(&mut self) -> Option<AsyncEvent> {

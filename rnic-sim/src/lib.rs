@@ -21,6 +21,7 @@ mod psn;
 mod qp;
 mod rc;
 mod shared;
+mod srq;
 mod ud;
 
 #[cfg(test)]

@@ -175,7 +175,8 @@ pub(crate) struct SimQp {
     pub attr: QpAttr,
     /// Send queue, oldest first; completed WQEs are removed.
     pub sq: VecDeque<SendWqe>,
-    /// Receive queue, oldest first.
+    /// Receive queue, oldest first. On a QP created with an SRQ it holds at most the one WQE
+    /// the message in progress took from the SRQ (rxe's `qp->resp.srq_wqe`).
     pub rq: VecDeque<RecvWr>,
     /// Requester/completer state.
     pub req: Requester,
@@ -291,8 +292,54 @@ impl SimQp {
             let wc = WorkCompletion::error(r.wr_id, WcStatus::WrFlushErr, self.qpn);
             self.complete(sh, self.init.recv_cq, wc, true);
         }
+        if self.init.srq.is_some() {
+            // The SRQ's own WQEs stay for its other QPs: only the one taken above is flushed.
+            // Then the QP will take no more: Last WQE Reached, once per entry to ERR (IBTA
+            // 11.6.3 affiliated asynchronous events; mlx5 `MLX5_EVENT_TYPE_SRQ_LAST_WQE`; rxe
+            // `flush_recv_queue`, which raises it each time its receiver task runs in ERR
+            // and flushes no taken WQE; the event kernel `ib_drain_qp` → `__ib_drain_srq`
+            // waits for).
+            sh.events.push_back(AsyncEvent {
+                event_type: AsyncEventType::QpLastWqeReached,
+                element: AsyncElement::Qp(self.qpn),
+            });
+        }
         self.clear_transport();
         self.overrun = false;
+    }
+
+    /// Makes sure a receive WQE is at the head of `rq` for a message that needs one: on a QP
+    /// with an SRQ, takes the SRQ's oldest WQE when `rq` is empty (rxe `get_srq_wqe`), raising
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED` when that take fired the SRQ's limit. False when there is
+    /// none (the caller answers RNR, or drops a UD datagram).
+    pub fn claim_recv(&mut self, sh: &mut Shared) -> bool {
+        if !self.rq.is_empty() {
+            return true;
+        }
+        let Some(h) = self.init.srq else {
+            return false;
+        };
+        let Some((wr, fired)) = sh.srqs.get_mut(&h.0).and_then(crate::srq::Srq::take) else {
+            return false;
+        };
+        if fired {
+            sh.events.push_back(AsyncEvent {
+                event_type: AsyncEventType::SrqLimitReached,
+                element: AsyncElement::Srq(h),
+            });
+        }
+        self.rq.push_back(wr);
+        true
+    }
+
+    /// The receive WQE the next message would land in, not taken: the head of `rq`, else the
+    /// SRQ's oldest.
+    pub fn peek_recv<'a>(&'a self, sh: &'a Shared) -> Option<&'a RecvWr> {
+        match (self.rq.front(), self.init.srq) {
+            (Some(r), _) => Some(r),
+            (None, Some(h)) => sh.srqs.get(&h.0).and_then(crate::srq::Srq::front),
+            (None, None) => None,
+        }
     }
 
     /// If a completion was lost to an overrun during the current operation, enters ERR.
@@ -441,6 +488,14 @@ impl SimQp {
         wrs: &[RecvWr],
     ) -> Result<(), verbs_core::PostError> {
         use verbs_core::PostError;
+        if self.init.srq.is_some() {
+            // rdma-core `providers/rxe/rxe.c` `rxe_post_recv`: a QP on an SRQ has no receive
+            // queue (`!rq->queue`) → EINVAL, before the state is looked at.
+            return Err(PostError {
+                error: Error::inval("post_recv on a QP created with an SRQ"),
+                bad_wr: 0,
+            });
+        }
         if matches!(self.state(), QpState::Reset | QpState::Unknown) {
             return Err(PostError {
                 error: Error::inval("post_recv in RESET"),

@@ -90,7 +90,7 @@ impl crate::qp::SimQp {
             sh.counters.qkey_mismatch += 1;
             return;
         }
-        let Some(r) = self.rq.front() else {
+        let Some(r) = self.peek_recv(sh) else {
             sh.counters.ud_no_recv += 1;
             return;
         };
@@ -99,6 +99,13 @@ impl crate::qp::SimQp {
             sh.counters.ud_too_long += 1;
             return;
         }
+        // The datagram fits: take the WQE (from the SRQ, if the QP has one).
+        if !self.claim_recv(sh) {
+            return;
+        }
+        let Some(r) = self.rq.front() else {
+            return;
+        };
         let mut buf = Vec::with_capacity(total);
         buf.extend_from_slice(&grh(src, sh.gid, pkt.payload.len()));
         buf.extend_from_slice(&pkt.payload);

@@ -12,6 +12,7 @@ use crate::types::{
     AccessFlags, AsyncEventType, DeviceAttr, Gid, PortAttr, QpAttr, QpAttrMask, QpCap, QpType,
     RecvWr, SendWr, WorkCompletion,
 };
+use crate::{SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::time::Duration;
 
@@ -89,6 +90,11 @@ pub struct QpInitAttr {
     pub qp_type: QpType,
     /// When true every send WR completes, whatever its SIGNALED flag.
     pub sq_sig_all: bool,
+    /// The shared receive queue the QP takes its receive WRs from, if any (`srq` of
+    /// `ibv_qp_init_attr`). Such a QP has no receive queue: `cap.max_recv_wr` and
+    /// `cap.max_recv_sge` are ignored (reported as 0) and `post_recv` on it is `EINVAL`
+    /// [rxe `rxe_post_recv`, kernel `ib_create_qp`].
+    pub srq: Option<SrqHandle>,
 }
 
 impl QpInitAttr {
@@ -100,6 +106,15 @@ impl QpInitAttr {
             cap,
             qp_type: QpType::Rc,
             sq_sig_all,
+            srq: None,
+        }
+    }
+
+    /// The same QP taking its receive WRs from `srq` instead of a receive queue of its own.
+    pub fn with_srq(self, srq: SrqHandle) -> Self {
+        QpInitAttr {
+            srq: Some(srq),
+            ..self
         }
     }
 }
@@ -113,6 +128,8 @@ pub enum AsyncElement {
     Cq(CqHandle),
     /// A port, 1-based.
     Port(u8),
+    /// A shared receive queue (`IBV_EVENT_SRQ_LIMIT_REACHED`, `IBV_EVENT_SRQ_ERR`).
+    Srq(SrqHandle),
     /// The whole device.
     Device,
 }
@@ -305,8 +322,8 @@ pub trait Device {
     /// `ibv_create_qp`: a QP in RESET.
     ///
     /// # Errors
-    /// `EINVAL` for unknown PD/CQs, `cap` values above the device limits or a QP with neither
-    /// send nor receive WRs; `EOPNOTSUPP` for a QP type the device does not support; `ENOMEM`
+    /// `EINVAL` for unknown PD/CQs/SRQ, `cap` values above the device limits or a QP with
+    /// neither send nor receive WRs; `EOPNOTSUPP` for a QP type the device does not support; `ENOMEM`
     /// past `max_qp`.
     fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qp>;
 
@@ -339,9 +356,52 @@ pub trait Device {
     /// `ibv_post_recv`: posts `wrs` in order.
     ///
     /// # Errors
-    /// A [`PostError`] naming the first WR not posted: `EINVAL` in RESET or for too many SGEs;
-    /// `ENOMEM` when the receive queue is full.
+    /// A [`PostError`] naming the first WR not posted: `EINVAL` in RESET, for too many SGEs or
+    /// on a QP created with an SRQ; `ENOMEM` when the receive queue is full.
     fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr]) -> Result<(), PostError>;
+
+    /// `ibv_create_srq`: an empty shared receive queue in `pd` holding at least
+    /// `init.attr.max_wr` WRs of up to `init.attr.max_sge` SGEs; a non-zero
+    /// `init.attr.srq_limit` arms the limit (rxe `rxe_srq_from_init`). [`Device::query_srq`]
+    /// reports what was granted (man:ibv_create_srq.3: at least what was asked).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown PD, `max_wr` of 0 or above `max_srq_wr`, `max_sge` above
+    /// `max_srq_sge` (rxe `rxe_srq_chk_init`); `ENOMEM` past `max_srq`; `EOPNOTSUPP` on a
+    /// device without SRQs (libibverbs' dummy `create_srq`).
+    fn create_srq(&mut self, pd: PdHandle, init: &SrqInitAttr) -> Result<SrqHandle>;
+
+    /// `ibv_modify_srq`: applies what `mask` selects, all or nothing: [`SrqAttrMask::MAX_WR`]
+    /// resizes the queue, [`SrqAttrMask::LIMIT`] arms the limit (0 disarms it).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown handle, a `max_wr` of 0, above `max_srq_wr`, below the WRs the
+    /// SRQ holds or below the armed limit, or a `srq_limit` above the SRQ's `max_wr`
+    /// (rxe `rxe_srq_chk_attr`, `rxe_queue_resize`); on a device that cannot resize
+    /// (mlx5 `mlx5_ib_modify_srq`), `MAX_WR` is `EINVAL`.
+    fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()>;
+
+    /// `ibv_query_srq`: `max_wr`, `max_sge` and the current `srq_limit` (0 once the limit
+    /// event fired, man:ibv_query_srq.3).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown handle.
+    fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr>;
+
+    /// `ibv_destroy_srq`. Receive WRs still in the SRQ are discarded without completions.
+    ///
+    /// # Errors
+    /// `EBUSY` while a QP uses the SRQ (kernel `ib_destroy_srq_user`, `srq->usecnt`;
+    /// man:ibv_create_srq.3 NOTES); `EINVAL` for an unknown handle.
+    fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()>;
+
+    /// `ibv_post_srq_recv`: posts `wrs` in order to the SRQ.
+    ///
+    /// # Errors
+    /// A [`PostError`] naming the first WR not posted: `ENOMEM` when the SRQ is full, `EINVAL`
+    /// for more SGEs than its `max_sge` (checked in that order, as rxe's `post_one_recv`
+    /// does); `EINVAL` (`bad_wr` 0) for an unknown handle.
+    fn post_srq_recv(&mut self, srq: SrqHandle, wrs: &[RecvWr]) -> Result<(), PostError>;
 
     /// `ibv_get_async_event` on a non-blocking async fd: the oldest pending async event, or
     /// `None`. Events are handed over already acknowledged (`ibv_ack_async_event` is implied).

@@ -11,6 +11,7 @@
 mod device;
 mod error;
 pub mod manual;
+mod srq;
 mod time;
 mod transitions;
 mod types;
@@ -20,6 +21,7 @@ pub use device::{
     Mr, MrHandle, PdHandle, Qp, QpHandle, QpInitAttr,
 };
 pub use error::{Errno, Error, PostError, Result};
+pub use srq::{SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr};
 pub use time::SimTime;
 pub use transitions::{check_modify, transition_masks, TransitionMasks};
 pub use types::*;

@@ -917,6 +917,12 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: u32,
     /// Maximum outstanding READ/atomic per QP as initiator.
     pub max_qp_init_rd_atom: u32,
+    /// Maximum number of shared receive queues (0: no SRQ support).
+    pub max_srq: u32,
+    /// Maximum WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// Maximum SGEs per SRQ receive WR.
+    pub max_srq_sge: u32,
     /// Number of physical ports.
     pub phys_port_cnt: u8,
 }

@@ -47,6 +47,9 @@ fn event_to_c(ev: &AsyncEvent) -> Option<ibv_async_event> {
         AsyncElement::Cq(h) => ibv_async_event_element {
             cq: *registry().cqs.get(&h.0)? as *mut ibv_cq,
         },
+        AsyncElement::Srq(h) => ibv_async_event_element {
+            srq: *registry().srqs.get(&h.0)? as *mut ibv_srq,
+        },
         AsyncElement::Port(p) => ibv_async_event_element {
             port_num: c_int::from(p),
         },

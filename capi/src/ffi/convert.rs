@@ -228,7 +228,9 @@ pub fn device_attr_to_c(d: &DeviceAttr, out: &mut ibv_device_attr) {
     let int = |v: u32| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
     out.max_qp = int(d.max_qp);
     out.max_qp_wr = int(d.max_qp_wr);
-    out.device_cap_flags = 0;
+    // `IBV_DEVICE_SRQ_RESIZE` (1 << 13, verbs.h): `ibv_modify_srq` takes `IBV_SRQ_MAX_WR`
+    // (rxe's `RXE_DEVICE_CAP_FLAGS` has it too); no other capability is advertised.
+    out.device_cap_flags = if d.max_srq > 0 { 1 << 13 } else { 0 };
     out.max_sge = int(d.max_sge);
     out.max_sge_rd = int(d.max_sge);
     out.max_cq = int(d.max_cq);
@@ -239,6 +241,9 @@ pub fn device_attr_to_c(d: &DeviceAttr, out: &mut ibv_device_attr) {
     out.max_ee_rd_atom = 0;
     out.max_res_rd_atom = int(d.max_qp_rd_atom);
     out.max_qp_init_rd_atom = int(d.max_qp_init_rd_atom);
+    out.max_srq = int(d.max_srq);
+    out.max_srq_wr = int(d.max_srq_wr);
+    out.max_srq_sge = int(d.max_srq_sge);
     out.max_ee_init_rd_atom = 0;
     out.atomic_cap = IBV_ATOMIC_HCA;
     out.max_ah = int(d.max_qp);

@@ -30,6 +30,7 @@ mod cq;
 mod memory;
 mod objects;
 mod qp;
+mod srq;
 mod verbs;
 
 use crate::runtime::{runtime, Runtime};

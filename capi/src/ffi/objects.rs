@@ -142,6 +142,8 @@ pub struct Registry {
     pub cqs: BTreeMap<u32, usize>,
     /// QP number → `struct ibv_qp *` (from `ibv_create_qp` or `rdma_create_qp`).
     pub qps: BTreeMap<u32, usize>,
+    /// SRQ handle → `struct ibv_srq *` (from `ibv_create_srq`).
+    pub srqs: BTreeMap<u32, usize>,
     /// CM id → `struct rdma_cm_id *` (the `IdBox`).
     pub ids: BTreeMap<CmIdHandle, usize>,
 }

@@ -4,13 +4,13 @@
 
 use super::convert::*;
 use super::objects::{leak, registry, AhBox};
-use super::{destroy_boxed, errno_of, fail_null, guard, rt, unsupported};
+use super::{destroy_boxed, errno_of, fail_null, guard, rt};
 use crate::abi::*;
 use libc::c_int;
 use std::ptr::null_mut;
 use verbs_core::{
     AtomicWr, CqHandle, Device, PdHandle, Qp, QpHandle, QpInitAttr, RdmaWr, RecvWr, SendFlags,
-    SendWr, Sge, UdWr, WrOpcode,
+    SendWr, Sge, SrqHandle, UdWr, WrOpcode,
 };
 
 #[no_mangle]
@@ -34,9 +34,6 @@ pub unsafe extern "C" fn ibv_create_qp(
 /// Creates a QP of `pd` as `ibv_create_qp` does; also the body of `rdma_create_qp`.
 pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ibv_qp, i32> {
     let r = rt()?;
-    if !a.srq.is_null() {
-        return Err(unsupported("ibv_create_qp with an SRQ"));
-    }
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(libc::EINVAL);
     }
@@ -50,12 +47,16 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
             CqHandle((*a.recv_cq).handle),
         )
     };
+    // A QP on an SRQ (`init_attr->srq`, a live SRQ of this library or NULL).
+    // SAFETY: as above.
+    let srq = (!a.srq.is_null()).then(|| SrqHandle(unsafe { (*a.srq).handle }));
     let init = QpInitAttr {
         send_cq: scq,
         recv_cq: rcq,
         cap: cap_from_c(&a.cap),
         qp_type,
         sq_sig_all: a.sq_sig_all != 0,
+        srq,
     };
     let qp = r
         .with(|n, _| n.dev().create_qp(pdh, &init))
@@ -76,7 +77,7 @@ pub(super) fn leak_qp(
         pd,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
-        srq: null_mut(),
+        srq: a.srq,
         handle: qp.handle.0,
         qp_num: qp.qp_num,
         state: IBV_QPS_RESET,
@@ -152,7 +153,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                             qp_context: (*qp).qp_context,
                             send_cq: (*qp).send_cq,
                             recv_cq: (*qp).recv_cq,
-                            srq: null_mut(),
+                            srq: (*qp).srq,
                             cap: cap_to_c(&init.cap),
                             qp_type: (*qp).qp_type,
                             sq_sig_all: c_int::from(init.sq_sig_all),
@@ -301,7 +302,7 @@ pub(super) unsafe extern "C" fn rnic_post_send(
 /// The end of a post: the WRs before the first one that could not be read (`refused`) are
 /// posted (`post`), as ibv_post_send(3) says of every WR before `*bad_wr`; then `*bad_wr` is
 /// the first WR the device refused, or else the unreadable one.
-fn post_prefix<T>(
+pub(super) fn post_prefix<T>(
     bad_wr: *mut *mut T,
     first: *mut T,
     ptrs: &[*mut T],
@@ -342,27 +343,8 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
         let (Ok(r), false) = (rt(), qp.is_null()) else {
             return libc::EINVAL;
         };
-        let mut ptrs = Vec::new();
-        let mut wrs = Vec::new();
-        let mut refused = None;
-        let mut p = wr;
-        while !p.is_null() {
-            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
-            let w = unsafe { &*p };
-            // SAFETY: same contract for its SGEs.
-            match unsafe { sges(w.sg_list, w.num_sge) } {
-                Ok(sg_list) => wrs.push(RecvWr {
-                    wr_id: w.wr_id,
-                    sg_list,
-                }),
-                Err(e) => {
-                    refused = Some((p, e));
-                    break;
-                }
-            }
-            ptrs.push(p);
-            p = w.next;
-        }
+        // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
+        let (ptrs, wrs, refused) = unsafe { read_recv_wrs(wr) };
         // SAFETY: a live QP of this library.
         let h = QpHandle(unsafe { (*qp).handle });
         post_prefix(bad_wr, wr, &ptrs, refused, || {
@@ -371,16 +353,44 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
     })
 }
 
-/// `context->ops.post_srq_recv`: no SRQs (they cannot be created).
-pub(super) unsafe extern "C" fn rnic_post_srq_recv(
-    _srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    guard("ibv_post_srq_recv", libc::EIO, || {
-        set_bad(bad_wr, wr, unsupported("ibv_post_srq_recv"))
-    })
+/// The receive WRs of the list at `wr`, up to the first whose SGEs cannot be read (returned
+/// with its errno), and their C pointers.
+///
+/// # Safety
+/// `wr` is NULL or a NULL-terminated list of readable `struct ibv_recv_wr` whose `sg_list`s
+/// hold `num_sge` readable SGEs (ibv_post_recv(3), ibv_post_srq_recv(3)).
+pub(super) unsafe fn read_recv_wrs(wr: *mut ibv_recv_wr) -> RecvList {
+    let mut ptrs = Vec::new();
+    let mut wrs = Vec::new();
+    let mut refused = None;
+    let mut p = wr;
+    while !p.is_null() {
+        // SAFETY: the caller's contract.
+        let w = unsafe { &*p };
+        // SAFETY: same contract for its SGEs.
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(sg_list) => wrs.push(RecvWr {
+                wr_id: w.wr_id,
+                sg_list,
+            }),
+            Err(e) => {
+                refused = Some((p, e));
+                break;
+            }
+        }
+        ptrs.push(p);
+        p = w.next;
+    }
+    (ptrs, wrs, refused)
 }
+
+/// What [`read_recv_wrs`] returns: the C pointers of the WRs read, the WRs, and the first
+/// unreadable one with its errno.
+pub(super) type RecvList = (
+    Vec<*mut ibv_recv_wr>,
+    Vec<RecvWr>,
+    Option<(*mut ibv_recv_wr, i32)>,
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {

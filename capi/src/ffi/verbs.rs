@@ -78,7 +78,7 @@ fn new_context(async_fd: c_int) -> *mut ibv_context {
     ops.req_notify_cq = Some(super::cq::rnic_req_notify_cq);
     ops.post_send = Some(super::qp::rnic_post_send);
     ops.post_recv = Some(super::qp::rnic_post_recv);
-    ops.post_srq_recv = Some(super::qp::rnic_post_srq_recv);
+    ops.post_srq_recv = Some(super::srq::rnic_post_srq_recv);
     leak(ibv_context {
         device: device(),
         ops,
@@ -414,23 +414,6 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 ) -> *mut ibv_ah {
     guard("ibv_create_ah_from_wc", null_mut(), || {
         fail_null(unsupported("ibv_create_ah_from_wc"))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_srq(
-    _pd: *mut ibv_pd,
-    _attr: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    guard("ibv_create_srq", null_mut(), || {
-        fail_null(unsupported("ibv_create_srq"))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-    guard("ibv_destroy_srq", libc::EIO, || {
-        unsupported("ibv_destroy_srq")
     })
 }
 

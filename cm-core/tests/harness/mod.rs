@@ -62,6 +62,9 @@ impl Device for TestDevice {
             max_pd: 64,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
+            max_srq: 0,
+            max_srq_wr: 0,
+            max_srq_sge: 0,
             phys_port_cnt: 1,
         }
     }
@@ -176,6 +179,24 @@ impl Device for TestDevice {
     }
     fn post_recv(&mut self, _qp: QpHandle, _wrs: &[RecvWr]) -> Result<(), PostError> {
         Ok(())
+    }
+    fn create_srq(&mut self, _pd: PdHandle, _init: &SrqInitAttr) -> Result<SrqHandle> {
+        nosys()
+    }
+    fn modify_srq(&mut self, _srq: SrqHandle, _attr: &SrqAttr, _mask: SrqAttrMask) -> Result<()> {
+        nosys()
+    }
+    fn query_srq(&self, _srq: SrqHandle) -> Result<SrqAttr> {
+        nosys()
+    }
+    fn destroy_srq(&mut self, _srq: SrqHandle) -> Result<()> {
+        nosys()
+    }
+    fn post_srq_recv(&mut self, _srq: SrqHandle, _wrs: &[RecvWr]) -> Result<(), PostError> {
+        Err(PostError {
+            error: Error::new(Errno::ENOSYS, "not in the test double"),
+            bad_wr: 0,
+        })
     }
     fn get_async_event(&mut self) -> Option<AsyncEvent> {
         None

@@ -6,7 +6,7 @@
 use super::{sys, Verbs};
 use std::os::fd::RawFd;
 use std::ptr::{null_mut, NonNull};
-use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle};
+use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle, SrqHandle};
 
 /// `struct ibv_async_event` with `event_type` as the plain `enum` integer it is in C:
 /// rdma-mummy-sys declares it as a Rust enum, which a value unknown to it (a newer kernel's
@@ -61,8 +61,8 @@ impl Verbs {
     /// event type verbs-core does not name (acknowledged and dropped).
     ///
     /// The element is read by event type (man:ibv_get_async_event.3): QP events give the QP's
-    /// number, `CQ_ERR` the CQ's handle, port events the port; device events, and SRQ and WQ
-    /// events (this device creates neither), are [`AsyncElement::Device`].
+    /// number, `CQ_ERR` the CQ's handle, SRQ events the SRQ's handle, port events the port;
+    /// device events and WQ events (this device creates no WQ) are [`AsyncElement::Device`].
     pub(crate) fn next_async_event(&mut self) -> Option<Option<AsyncEvent>> {
         let mut ev = RawAsyncEvent {
             element: sys::ibv_async_event_element_t { cq: null_mut() },
@@ -128,9 +128,17 @@ impl Verbs {
                 let port = unsafe { ev.element.port_num };
                 u8::try_from(port).map_or(AsyncElement::Device, AsyncElement::Port)
             }
-            T::DeviceFatal | T::DeviceSpeedChange | T::SrqErr | T::SrqLimitReached | T::WqFatal => {
-                AsyncElement::Device
+            T::SrqErr | T::SrqLimitReached => {
+                // SAFETY: for SRQ events libibverbs sets `element.srq`.
+                let srq = unsafe { ev.element.srq };
+                self.srqs
+                    .iter()
+                    .find(|(_, s)| s.as_ptr() == srq)
+                    .map_or(AsyncElement::Device, |(h, _)| {
+                        AsyncElement::Srq(SrqHandle(h))
+                    })
             }
+            T::DeviceFatal | T::DeviceSpeedChange | T::WqFatal => AsyncElement::Device,
         }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! * `Context` owns an open `struct ibv_context` and closes it when dropped.
 //! * [`Verbs`] owns a context, its completion channel and every PD, MR (with its buffer), CQ
-//!   and QP created through it, in tables keyed by handle; a handle not in its table is refused
+//!   QP and SRQ created through it, in tables keyed by handle; a handle not in its table is refused
 //!   before any call, and dropping it destroys everything in dependency order.
 //!
 //! Return conventions differ per call, as rdma-core documents them: object constructors return
@@ -20,6 +20,7 @@ mod events;
 mod fd;
 mod open;
 mod post;
+mod srq;
 mod verbs;
 
 pub(crate) use fd::poll_readable;

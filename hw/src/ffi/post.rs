@@ -6,12 +6,12 @@ use crate::error::verbs_error;
 use std::ptr::null_mut;
 use verbs_core::{Error, PostError, QpHandle, RecvWr, SendWr, Sge};
 
-fn post_error(error: Error, bad_wr: usize) -> PostError {
+pub(super) fn post_error(error: Error, bad_wr: usize) -> PostError {
     PostError { error, bad_wr }
 }
 
 /// Every SGE of `lists`, one flat array (the chain's WRs point into it).
-fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<sys::ibv_sge> {
+pub(super) fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<sys::ibv_sge> {
     lists
         .flatten()
         .map(|g| sys::ibv_sge {
@@ -25,7 +25,7 @@ fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<sys::ibv_sge> {
 /// The index in a chain starting at `base` (elements of `size` bytes, `len` of them) of the
 /// element `bad` points to; 0 when `bad` is NULL or outside the chain (a provider that does not
 /// set `bad_wr` refused the first).
-fn index_of(base: usize, bad: usize, size: usize, len: usize) -> usize {
+pub(super) fn index_of(base: usize, bad: usize, size: usize, len: usize) -> usize {
     match bad.checked_sub(base) {
         Some(off) if size > 0 && off % size == 0 && off / size < len => off / size,
         _ => 0,
@@ -33,7 +33,7 @@ fn index_of(base: usize, bad: usize, size: usize, len: usize) -> usize {
 }
 
 /// `num_sge` of a WR, or `EINVAL` naming it.
-fn num_sge(n: usize, i: usize) -> Result<libc::c_int, PostError> {
+pub(super) fn num_sge(n: usize, i: usize) -> Result<libc::c_int, PostError> {
     libc::c_int::try_from(n).map_err(|_| post_error(Error::inval(format!("{n} SGEs in one WR")), i))
 }
 

@@ -1,6 +1,6 @@
 //! [`Verbs`]: a context with its completion channel and every object created on it, by handle.
 //! PDs, MRs (with their buffers), CQs and QPs; the data path is in `post.rs`, the event
-//! channels in `events.rs`.
+//! channels in `events.rs`, SRQs in `srq.rs`.
 
 use super::context::{set_nonblocking, Context};
 use super::{check, null_error, sys};
@@ -52,7 +52,7 @@ pub(super) struct QpEntry {
 ///
 /// Invariants: every pointer in the tables is a live object of `ctx`, created through it and
 /// not yet destroyed; `channel` is `ctx`'s live completion channel, its fd and `ctx`'s async fd
-/// are non-blocking. Dropping destroys QPs, CQs, MRs (freeing their buffers), PDs, the channel
+/// are non-blocking. Dropping destroys QPs, SRQs, CQs, MRs (freeing their buffers), PDs, the channel
 /// and closes the context, in that order.
 #[derive(Debug)]
 pub(crate) struct Verbs {
@@ -61,6 +61,8 @@ pub(crate) struct Verbs {
     pub(super) mrs: Table<MrEntry>,
     pub(super) cqs: Table<CqEntry>,
     pub(super) qps: Table<QpEntry>,
+    /// Shared receive queues (`srq.rs`).
+    pub(super) srqs: Table<NonNull<sys::ibv_srq>>,
     /// Last field: closed after everything above is destroyed in `Drop`.
     pub(super) ctx: Context,
 }
@@ -88,6 +90,7 @@ impl Verbs {
             mrs: Table::default(),
             cqs: Table::default(),
             qps: Table::default(),
+            srqs: Table::default(),
             ctx,
         };
         set_nonblocking(verbs.channel_fd())?;
@@ -108,7 +111,7 @@ impl Verbs {
         unsafe { (*self.channel.as_ptr()).fd }
     }
 
-    fn pd(&self, pd: PdHandle) -> Result<NonNull<sys::ibv_pd>, Error> {
+    pub(super) fn pd(&self, pd: PdHandle) -> Result<NonNull<sys::ibv_pd>, Error> {
         self.pds
             .get(pd.0)
             .copied()
@@ -337,6 +340,10 @@ impl Verbs {
         let p = self.pd(pd)?;
         let send_cq = self.cq(init.send_cq)?.cq;
         let recv_cq = self.cq(init.recv_cq)?.cq;
+        let srq = match init.srq {
+            Some(h) => self.srq(h)?.as_ptr(),
+            None => std::ptr::null_mut(),
+        };
         if init.qp_type == QpType::Ud {
             return Err(Error::new(
                 verbs_core::Errno::EOPNOTSUPP,
@@ -347,7 +354,7 @@ impl Verbs {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_ptr(),
             recv_cq: recv_cq.as_ptr(),
-            srq: std::ptr::null_mut(),
+            srq,
             cap: cap_to_c(&init.cap),
             qp_type: u32::from(init.qp_type.raw()),
             sq_sig_all: libc::c_int::from(init.sq_sig_all),
@@ -439,6 +446,10 @@ impl Drop for Verbs {
             // SAFETY: a live QP of this context, destroyed once.
             let _ = unsafe { sys::ibv_destroy_qp(q.qp.as_ptr()) };
         }
+        for s in self.srqs.drain() {
+            // SAFETY: a live SRQ of this context, destroyed once (after its QPs).
+            let _ = unsafe { sys::ibv_destroy_srq(s.as_ptr()) };
+        }
         for c in self.cqs.drain() {
             // SAFETY: a live CQ of this context, destroyed once (after its QPs).
             let _ = unsafe { sys::ibv_destroy_cq(c.cq.as_ptr()) };
@@ -452,7 +463,8 @@ impl Drop for Verbs {
             }
         }
         for p in self.pds.drain() {
-            // SAFETY: a live PD of this context, deallocated once (after its MRs and QPs).
+            // SAFETY: a live PD of this context, deallocated once (after its MRs, QPs and
+            // SRQs).
             let _ = unsafe { sys::ibv_dealloc_pd(p.as_ptr()) };
         }
         // SAFETY: the context's channel, destroyed once, after every CQ that used it.

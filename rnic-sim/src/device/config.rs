@@ -34,6 +34,12 @@ pub struct SimDeviceConfig {
     pub max_qp_init_rd_atom: u32,
     /// Maximum inline payload in bytes.
     pub max_inline_data: u32,
+    /// Maximum shared receive queues (`max_srq`).
+    pub max_srq: u32,
+    /// Maximum WRs per SRQ (`max_srq_wr`; rxe: `RXE_MAX_SRQ_WR` = `RXE_MAX_QP_WR`).
+    pub max_srq_wr: u32,
+    /// Maximum SGEs per SRQ WR (`max_srq_sge`; rxe `RXE_MAX_SRQ_SGE` 27).
+    pub max_srq_sge: u32,
     /// Where the QPN counter starts (24 bits; 0 and 1 are never handed out). With
     /// [`seed`](Self::seed) 0 it is the first QPN handed out; otherwise the first QPN is its
     /// image under the seed's permutation.
@@ -87,6 +93,9 @@ impl SimDeviceConfig {
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
             max_inline_data: 400,
+            max_srq: 0x1_0000,
+            max_srq_wr: 0x4000,
+            max_srq_sge: 27,
             first_qpn: 0x11,
             mr_base_va: 0x1000_0000,
             active_mtu: Mtu::Mtu1024,

@@ -12,13 +12,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{
     check_modify, AccessFlags, AsyncEvent, CompChannel, CqHandle, Device, DeviceAttr, Errno, Error,
     Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState, PostError, Qp, QpAttr, QpAttrMask,
-    QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result, SendWr, SimTime, WorkCompletion,
-    LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
+    QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result, SendWr, SimTime, SrqAttr, SrqAttrMask,
+    SrqHandle, SrqInitAttr, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
 };
 
 mod config;
 mod gsi;
 mod registration;
+mod srq;
 mod wire;
 
 pub use crate::shared::{Counters, ObjectCounts, Transmit};
@@ -37,6 +38,8 @@ pub struct SimDevice {
     pds: BTreeSet<u32>,
     next_pd: u32,
     next_cq: u32,
+    /// The next SRQ handle value (live handles are skipped).
+    next_srq: u32,
     qps: BTreeMap<u32, SimQp>,
     /// How many QP ends (send and receive) use each CQ: `destroy_cq` refuses a used one
     /// (EBUSY) without scanning every QP.
@@ -70,6 +73,7 @@ impl SimDevice {
             gid: cfg.gid,
             mrs: MrTable::new(cfg.mr_base_va, cfg.seed),
             cqs: BTreeMap::new(),
+            srqs: BTreeMap::new(),
             events: VecDeque::new(),
             tx: VecDeque::new(),
             counters: Counters::default(),
@@ -87,6 +91,7 @@ impl SimDevice {
             pds: BTreeSet::new(),
             next_pd: 1,
             next_cq: 1,
+            next_srq: 1,
             qps: BTreeMap::new(),
             cq_users: BTreeMap::new(),
             gsi: crate::gsi::Gsi::default(),
@@ -135,6 +140,7 @@ impl SimDevice {
             mrs: self.sh.mrs.len(),
             cqs: self.sh.cqs.len(),
             qps: self.qps.len(),
+            srqs: self.sh.srqs.len(),
         }
     }
 
@@ -233,6 +239,9 @@ impl Device for SimDevice {
             max_pd: c.max_pd,
             max_qp_rd_atom: c.max_qp_rd_atom,
             max_qp_init_rd_atom: c.max_qp_init_rd_atom,
+            max_srq: c.max_srq,
+            max_srq_wr: c.max_srq_wr,
+            max_srq_sge: c.max_srq_sge,
             phys_port_cnt: 1,
         }
     }
@@ -274,8 +283,14 @@ impl Device for SimDevice {
         if !self.pds.contains(&pd.0) {
             return Err(Error::inval("unknown PD"));
         }
-        if self.sh.mrs.pd_in_use(pd.0) || self.qps.values().any(|q| q.pd == pd.0) {
-            return Err(Error::new(Errno::EBUSY, "PD still used by an MR or QP"));
+        if self.sh.mrs.pd_in_use(pd.0)
+            || self.qps.values().any(|q| q.pd == pd.0)
+            || self.pd_has_srq(pd.0)
+        {
+            return Err(Error::new(
+                Errno::EBUSY,
+                "PD still used by an MR, QP or SRQ",
+            ));
         }
         self.pds.remove(&pd.0);
         Ok(())
@@ -401,6 +416,9 @@ impl Device for SimDevice {
         if init.qp_type == QpType::Uc {
             return Err(Error::new(Errno::EOPNOTSUPP, "UC QPs are not simulated"));
         }
+        // With an SRQ the receive caps are ignored (rxe `rxe_qp_chk_cap` checks them only
+        // without one).
+        let init = &self.srq_attach(init)?;
         let c = &init.cap;
         let cfg = &self.cfg;
         if c.max_send_wr > cfg.max_qp_wr
@@ -411,7 +429,7 @@ impl Device for SimDevice {
         {
             return Err(Error::inval("QP capability above the device limit"));
         }
-        if c.max_send_wr == 0 && c.max_recv_wr == 0 {
+        if c.max_send_wr == 0 && c.max_recv_wr == 0 && init.srq.is_none() {
             return Err(Error::inval("QP with neither send nor receive WRs"));
         }
         if self.qps.len() >= cfg.max_qp as usize {
@@ -423,6 +441,7 @@ impl Device for SimDevice {
         for cq in [init.send_cq, init.recv_cq] {
             *self.cq_users.entry(cq.0).or_default() += 1;
         }
+        self.srq_count_user(init, true);
         self.qps.insert(qpn, SimQp::new(qpn, pd.0, *init));
         Ok(Qp {
             handle: QpHandle(qpn),
@@ -526,6 +545,7 @@ impl Device for SimDevice {
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
         let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        self.srq_count_user(&q.init, false);
         for cq in [q.init.send_cq, q.init.recv_cq] {
             if let Some(n) = self.cq_users.get_mut(&cq.0) {
                 *n -= 1;
@@ -560,6 +580,26 @@ impl Device for SimDevice {
         let r = q.post_recv(sh, wrs);
         self.touched(qp.0);
         r
+    }
+
+    fn create_srq(&mut self, pd: PdHandle, init: &SrqInitAttr) -> Result<SrqHandle> {
+        self.srq_create(pd, init)
+    }
+
+    fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.srq_modify(srq, attr, mask)
+    }
+
+    fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr> {
+        self.srq_query(srq)
+    }
+
+    fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+        self.srq_destroy(srq)
+    }
+
+    fn post_srq_recv(&mut self, srq: SrqHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.srq_post_recv(srq, wrs)
     }
 
     fn get_async_event(&mut self) -> Option<AsyncEvent> {

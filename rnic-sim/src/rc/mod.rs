@@ -503,7 +503,9 @@ impl SimQp {
                 | RcRdmaWriteOnlyWithImm
         );
         if needs_recv && !self.resp.recv_in_use {
-            if self.rq.is_empty() {
+            // From the QP's own RQ, or taken from its SRQ (rxe `check_resource` →
+            // `get_srq_wqe`); none: RNR NAK either way.
+            if !self.claim_recv(sh) {
                 return Err(RespErr::Rnr);
             }
             self.resp.recv_in_use = true;

@@ -65,4 +65,6 @@ pub struct ObjectCounts {
     pub cqs: usize,
     /// Queue pairs (the GSI endpoint, QP1, is not one of them).
     pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
 }

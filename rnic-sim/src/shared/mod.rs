@@ -1,9 +1,10 @@
-//! The tables every part of a device shares — memory regions, CQs, async events, the transmit
+//! The tables every part of a device shares — memory regions, CQs, SRQs, async events, the transmit
 //! queue, counters and the transport limits — below the QP, the transports (RC, UD, GSI) and
 //! the device itself, which all use them and none of which they use.
 
 use crate::cq::{Cq, CqPush};
 use crate::mr::MrTable;
+use crate::srq::Srq;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Gid, WorkCompletion};
 
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub mrs: MrTable,
     /// CQs by handle value.
     pub cqs: BTreeMap<u32, Cq>,
+    /// Shared receive queues by handle value (the receive paths of their QPs take from them).
+    pub srqs: BTreeMap<u32, Srq>,
     /// Pending async events.
     pub events: VecDeque<AsyncEvent>,
     /// Packets waiting for `poll_transmit`, in order.

@@ -57,6 +57,7 @@ fn req_notify_cq_notifies_once_then_disarms() {
                 cap: caps(8),
                 qp_type: QpType::Rc,
                 sq_sig_all: false,
+                srq: None,
             },
         )
         .unwrap();

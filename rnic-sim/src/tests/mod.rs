@@ -11,6 +11,7 @@ mod posting;
 mod rc_acks_timers;
 mod rc_data;
 mod rc_remote_errors;
+mod srq;
 mod ud_gsi;
 
 use crate::testutil::*;

@@ -17,6 +17,7 @@ fn qpns_are_24_bit_never_0_or_1_and_unique_while_alive() {
         cap: caps(2),
         qp_type: QpType::Rc,
         sq_sig_all: false,
+        srq: None,
     };
     let a = d.create_qp(pd, &init).unwrap();
     let b = d.create_qp(pd, &init).unwrap();
@@ -57,6 +58,7 @@ fn qpns(d: &mut SimDevice, n: usize) -> Vec<u32> {
         cap: caps(2),
         qp_type: QpType::Rc,
         sq_sig_all: false,
+        srq: None,
     };
     (0..n)
         .map(|_| d.create_qp(pd, &init).unwrap().qp_num)

@@ -16,6 +16,7 @@ fn ud_node(last: u8, qkey: u32) -> Node {
                 cap: caps(8),
                 qp_type: QpType::Ud,
                 sq_sig_all: false,
+                srq: None,
             },
         )
         .unwrap();

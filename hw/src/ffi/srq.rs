@@ -1,0 +1,148 @@
+//! Shared receive queues over libibverbs: `ibv_create_srq`, `ibv_modify_srq`,
+//! `ibv_query_srq`, `ibv_destroy_srq` and `ibv_post_srq_recv` (verbs.h's inline:
+//! `context->ops.post_srq_recv`). The provider and the kernel make every check (rxe: resize
+//! supported; mlx5: `IBV_SRQ_MAX_WR` is `EINVAL`); `destroy_srq` of an SRQ a QP uses is the
+//! kernel's `EBUSY`.
+
+use super::post::{flat_sges, index_of, num_sge, post_error};
+use super::verbs::Verbs;
+use super::{check, errno_of_ret, null_error, sys};
+use crate::error::verbs_error;
+use std::ptr::{null_mut, NonNull};
+use verbs_core::{
+    Error, PdHandle, PostError, RecvWr, SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr,
+};
+
+fn to_c(a: &SrqAttr) -> sys::ibv_srq_attr {
+    sys::ibv_srq_attr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+impl Verbs {
+    /// The live SRQ of handle `srq`.
+    pub(super) fn srq(&self, srq: SrqHandle) -> Result<NonNull<sys::ibv_srq>, Error> {
+        self.srqs
+            .get(srq.0)
+            .copied()
+            .ok_or_else(|| Error::inval(format!("unknown SRQ handle {}", srq.0)))
+    }
+
+    /// `ibv_create_srq` in `pd`.
+    pub(crate) fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        init: &SrqInitAttr,
+    ) -> Result<SrqHandle, Error> {
+        let p = self.pd(pd)?;
+        let mut attr = sys::ibv_srq_init_attr {
+            srq_context: null_mut(),
+            attr: to_c(&init.attr),
+        };
+        // SAFETY: a live PD of this context; `attr` is readable and writable (the provider
+        // writes the granted sizes back).
+        let srq = unsafe { sys::ibv_create_srq(p.as_ptr(), &mut attr) };
+        let srq = NonNull::new(srq).ok_or_else(|| null_error("ibv_create_srq"))?;
+        Ok(SrqHandle(self.srqs.insert(srq)))
+    }
+
+    /// `ibv_modify_srq` with `mask` (`ibv_srq_attr_mask` bits, verbs-core's values).
+    pub(crate) fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
+    ) -> Result<(), Error> {
+        let s = self.srq(srq)?;
+        let mut a = to_c(attr);
+        let m = libc::c_int::try_from(mask.bits())
+            .map_err(|_| verbs_error("ibv_modify_srq mask", libc::EINVAL))?;
+        // SAFETY: a live SRQ; `a` is a readable `ibv_srq_attr` (integers only).
+        check("ibv_modify_srq", unsafe {
+            sys::ibv_modify_srq(s.as_ptr(), &mut a, m)
+        })
+    }
+
+    /// `ibv_query_srq`.
+    pub(crate) fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr, Error> {
+        let s = self.srq(srq)?;
+        let mut a = to_c(&SrqAttr::default());
+        // SAFETY: a live SRQ and a writable `ibv_srq_attr`.
+        check("ibv_query_srq", unsafe {
+            sys::ibv_query_srq(s.as_ptr(), &mut a)
+        })?;
+        Ok(SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        })
+    }
+
+    /// `ibv_destroy_srq` (`EBUSY` from the kernel while a QP uses it).
+    pub(crate) fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), Error> {
+        let s = self.srq(srq)?;
+        // SAFETY: a live SRQ; its async events were acked at once, so libibverbs does not
+        // wait; on success it leaves the table.
+        check("ibv_destroy_srq", unsafe {
+            sys::ibv_destroy_srq(s.as_ptr())
+        })?;
+        self.srqs.remove(srq.0);
+        Ok(())
+    }
+
+    /// `ibv_post_srq_recv` of `wrs` as one chain; `bad_wr` as in [`Verbs::post_recv`].
+    pub(crate) fn post_srq_recv(
+        &mut self,
+        srq: SrqHandle,
+        wrs: &[RecvWr],
+    ) -> Result<(), PostError> {
+        let s = self.srq(srq).map_err(|e| post_error(e, 0))?;
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut sges = flat_sges(wrs.iter().map(|w| w.sg_list.as_slice()));
+        let sge_base = sges.as_mut_ptr();
+        let mut chain = Vec::with_capacity(wrs.len());
+        let mut at = 0;
+        for (i, w) in wrs.iter().enumerate() {
+            let n = w.sg_list.len();
+            chain.push(sys::ibv_recv_wr {
+                wr_id: w.wr_id,
+                next: null_mut(),
+                sg_list: if n == 0 {
+                    null_mut()
+                } else {
+                    sge_base.wrapping_add(at)
+                },
+                num_sge: num_sge(n, i)?,
+            });
+            at += n;
+        }
+        let base = chain.as_mut_ptr();
+        for i in 1..chain.len() {
+            // SAFETY: `i - 1` and `i` are elements of `chain`, written through the one raw
+            // pointer used until the call returns.
+            unsafe { (*base.add(i - 1)).next = base.add(i) };
+        }
+        // SAFETY: a live SRQ of a live context: `ops` is the provider's table.
+        let f = unsafe { (*(*s.as_ptr()).context).ops.post_srq_recv };
+        let f =
+            f.ok_or_else(|| post_error(verbs_error("ibv_post_srq_recv", libc::EOPNOTSUPP), 0))?;
+        let mut bad: *mut sys::ibv_recv_wr = null_mut();
+        // SAFETY: the provider's entry point on its SRQ, with a NULL-terminated chain whose
+        // `sg_list`s point into `sges`; both outlive the call (the provider copies what it
+        // needs, man:ibv_post_srq_recv.3).
+        let ret = unsafe { f(s.as_ptr(), base, &mut bad) };
+        if ret == 0 {
+            return Ok(());
+        }
+        let size = std::mem::size_of::<sys::ibv_recv_wr>();
+        let i = index_of(base as usize, bad as usize, size, chain.len());
+        Err(post_error(
+            verbs_error("ibv_post_srq_recv", errno_of_ret(ret)),
+            i,
+        ))
+    }
+}
