@@ -42,11 +42,14 @@
 //! fails fails the same way every run. `w.history()` renders as a readable trace
 //! (`for e in &w.history().entries { println!("{e}") }`) when a test needs debugging.
 //!
-//! ## Sections
+//! ## Sections (one file each)
 //!
-//! Helpers · Handshake · `rdma_disconnect` row by row (§4.4) · disconnect sequences (§4.5) ·
-//! unanswered disconnect · races with connection setup · `rdma_destroy_id` per IB CM state
-//! (§3.3) · lost DREP · setup rejections · behaviour choices (TESTING.md) · regressions.
+//! `main.rs`: the helpers · `handshake_and_disconnect_rows.rs`: the handshake, `rdma_disconnect`
+//! row by row (§4.4) · `sequences.rs`: disconnect sequences (§4.5), unanswered disconnects,
+//! races with connection setup · `destroy.rs`: `rdma_destroy_id` per IB CM state (§3.3) ·
+//! `lost_and_rejected.rs`: lost DREQ/DREP, setup rejections · `choices.rs`: behaviour choices
+//! (TESTING.md), regressions · `srq.rs`: shared receive queues (two devices through the
+//! `Device` trait, no World).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -221,3 +224,4 @@ mod destroy;
 mod handshake_and_disconnect_rows;
 mod lost_and_rejected;
 mod sequences;
+mod srq;

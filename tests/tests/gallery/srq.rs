@@ -9,7 +9,7 @@
 //! send with `h.send(qp, wr_id, len)`, move the wire with `h.run()`, and look at
 //! `h.recv_completions()` and `h.b_events()`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
 
 use rnic_sim::pump::pump_pair;
 use rnic_sim::{SimDevice, SimDeviceConfig};
