@@ -8,8 +8,8 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::ops::Range;
 use verbs_core::{
-    AsyncEventType, CqHandle, Errno, Error, QpAttr, QpInitAttr, QpState,
-    QpType, RecvWr, SendFlags, SendWr, SimTime, WcFlags, WcStatus, WorkCompletion, WrOpcode,
+    AsyncEventType, CqHandle, Errno, Error, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags,
+    SendWr, SimTime, WcFlags, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Largest message, in bytes (`RXE_PORT_MAX_MSG_SZ`, 2^31 [rxe_param.h]).

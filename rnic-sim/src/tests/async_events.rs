@@ -63,7 +63,9 @@ fn qp_fatal_is_raised_again_after_the_qp_went_through_reset() {
     a.dev
         .post_recv(a.qp.handle, &[recv(&a, 1, 0, 8), recv(&a, 2, 0, 8)])
         .unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     let fatal = |d: &mut SimDevice| {
         events(d)
             .into_iter()
@@ -75,10 +77,14 @@ fn qp_fatal_is_raised_again_after_the_qp_went_through_reset() {
         qp_state: QpState::Reset,
         ..QpAttr::default()
     };
-    a.dev.modify_qp(a.qp.handle, &reset, QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &reset, QpAttrMask::STATE)
+        .unwrap();
     to_init(&mut a);
     a.dev.post_recv(a.qp.handle, &[recv(&a, 3, 0, 8)]).unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     assert_eq!(fatal(&mut a.dev), 1, "the CQ is still overrun: lost again");
 }
 
@@ -111,7 +117,11 @@ fn bad_rkey_on_an_rdma_write_raises_qp_access_err_on_the_responder_only() {
 fn bad_rkey_on_an_atomic_or_read_raises_qp_access_err() {
     for read in [false, true] {
         let (mut a, mut b) = pair();
-        let ro = b.dev.reg_mr(b.pd, 64, AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE);
+        let ro = b.dev.reg_mr(
+            b.pd,
+            64,
+            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        );
         let ro = ro.unwrap();
         let wr = if read {
             SendWr::rdma_read(1, vec![a.mr.sge(0, 8)], ro.addr, ro.rkey)
@@ -172,7 +182,10 @@ fn a_send_into_a_too_small_receive_is_reported_by_its_completion_not_an_event() 
     b.dev.post_recv(b.qp.handle, &[recv(&b, 40, 0, 4)]).unwrap();
     a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
     pump(&mut a, &mut b);
-    assert_eq!(statuses(&poll(&mut b.dev, b.rcq)), [(40, WcStatus::LocLenErr)]);
+    assert_eq!(
+        statuses(&poll(&mut b.dev, b.rcq)),
+        [(40, WcStatus::LocLenErr)]
+    );
     assert_eq!(error_events(&mut b.dev), []);
 }
 
@@ -203,11 +216,16 @@ fn error_completions_are_zero_filled_by_default() {
     let (mut a, _b) = pair();
     a.dev.post_recv(a.qp.handle, &[recv(&a, 7, 0, 8)]).unwrap();
     a.dev.post_send(a.qp.handle, &[send(&a, 8, 0, 8)]).unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     let mut wcs = poll(&mut a.dev, a.scq);
     wcs.extend(poll(&mut a.dev, a.rcq));
     for wc in wcs {
-        assert_eq!(wc, WorkCompletion::error(wc.wr_id, WcStatus::WrFlushErr, a.qp.qp_num));
+        assert_eq!(
+            wc,
+            WorkCompletion::error(wc.wr_id, WcStatus::WrFlushErr, a.qp.qp_num)
+        );
     }
 }
 
@@ -259,7 +277,11 @@ fn poisoned_error_completions_carry_junk_in_every_undefined_field_and_keep_the_d
         ]
     );
     assert_eq!(statuses(&r), [(4, WcStatus::WrFlushErr)]);
-    for (wc, recv_queue) in s.iter().map(|w| (w, false)).chain(r.iter().map(|w| (w, true))) {
+    for (wc, recv_queue) in s
+        .iter()
+        .map(|w| (w, false))
+        .chain(r.iter().map(|w| (w, true)))
+    {
         // Defined: wr_id, status (above), qp_num, vendor_err.
         assert_eq!((wc.qp_num, wc.vendor_err), (qpn, 0));
         // Undefined: an opcode the queue never completes, a non-zero length, WITH_IMM set.
@@ -287,7 +309,9 @@ fn completions_of_a_destroyed_qp_stay_in_the_cq_and_name_its_qpn() {
     let (mut a, _b) = pair();
     let old = a.qp.qp_num;
     a.dev.post_recv(a.qp.handle, &[recv(&a, 7, 0, 8)]).unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     a.dev.destroy_qp(a.qp.handle).unwrap();
     assert_eq!(
         poll(&mut a.dev, a.rcq),
@@ -302,7 +326,9 @@ fn a_qpn_is_not_handed_out_again_while_completions_of_its_destroyed_qp_remain() 
     a.dev
         .post_recv(a.qp.handle, &[recv(&a, 7, 0, 8), recv(&a, 8, 0, 8)])
         .unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     a.dev.destroy_qp(a.qp.handle).unwrap();
     let init = QpInitAttr {
         send_cq: a.scq,
@@ -332,7 +358,9 @@ fn destroying_the_cq_frees_the_qpns_of_the_completions_it_held() {
     let old = a.qp.qp_num;
     to_init(&mut a);
     a.dev.post_recv(a.qp.handle, &[recv(&a, 7, 0, 8)]).unwrap();
-    a.dev.modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE).unwrap();
+    a.dev
+        .modify_qp(a.qp.handle, &err_attr(), QpAttrMask::STATE)
+        .unwrap();
     a.dev.destroy_qp(a.qp.handle).unwrap();
     a.dev.destroy_cq(a.rcq).unwrap();
     let init = QpInitAttr {
