@@ -9,6 +9,7 @@
 //! | `RNIC_SEED` | seed of the drop decisions, of the CM's identifiers (comm IDs, transaction IDs, start PSNs) and of the RNIC's (QPNs, lkeys/rkeys, MR addresses); set it to repeat a run | from the OS (`/dev/urandom`) |
 //! | `RNIC_RESOLVE_US` | how long address and route resolution each take before their event is reported, µs (Linux runs them on work queues) | 1000 |
 //! | `RNIC_FAST_TIMERS` | `1` (or `true`, `yes`): short CM and transport timers (as `rnic ping --fast-timers`); `0`, `false`, `no`: Linux's | off |
+//! | `RNIC_POISON_WC` | `1` (or `true`, `yes`): junk, not zeros, in the fields of an error work completion that ibv_poll_cq(3) leaves undefined (`SimDeviceConfig::poison_undefined_wc_fields`; docs/semantics-verbs.md "Entering ERR and flushing"); `0`, `false`, `no`: zeros, as rxe | off |
 //! | `RNIC_STATS` | `1`: the RNIC's counters on stderr at exit; `every:MS` (MS ≥ 10): also every MS ms | off |
 //! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
 //!
@@ -36,6 +37,8 @@ pub struct Config {
     pub seed: Option<u64>,
     /// `RNIC_FAST_TIMERS`.
     pub fast_timers: bool,
+    /// `RNIC_POISON_WC`.
+    pub poison_wc: bool,
     /// `RNIC_RESOLVE_US`, µs.
     pub resolve_us: u64,
     /// `RNIC_STATS`: print the counters at exit (`Some(None)`), and also every so many ms
@@ -52,6 +55,7 @@ impl Default for Config {
             drop_rate: 0.0,
             seed: None,
             fast_timers: false,
+            poison_wc: false,
             resolve_us: 1000,
             stats: None,
         }
@@ -156,18 +160,16 @@ impl Config {
                 )),
             };
         }
+        let flag = |k: &str, v: &str| match v {
+            "1" | "true" | "yes" => Ok(true),
+            "0" | "false" | "no" => Ok(false),
+            _ => Err(bad(k, v, "expected 1, true, yes, 0, false or no")),
+        };
         if let Some(v) = val("RNIC_FAST_TIMERS") {
-            c.fast_timers = match v.as_str() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" => false,
-                _ => {
-                    return Err(bad(
-                        "RNIC_FAST_TIMERS",
-                        &v,
-                        "expected 1, true, yes, 0, false or no",
-                    ))
-                }
-            };
+            c.fast_timers = flag("RNIC_FAST_TIMERS", &v)?;
+        }
+        if let Some(v) = val("RNIC_POISON_WC") {
+            c.poison_wc = flag("RNIC_POISON_WC", &v)?;
         }
         Ok(c)
     }
@@ -217,6 +219,7 @@ mod tests {
             ("RNIC_FAST_TIMERS", "1"),
             ("RNIC_RESOLVE_US", "0"),
             ("RNIC_STATS", "every:250"),
+            ("RNIC_POISON_WC", "yes"),
         ]);
         let c = match c {
             Ok(c) => c,
@@ -229,6 +232,7 @@ mod tests {
         assert_eq!((c.device.as_str(), c.mtu), ("rxe9", Mtu::Mtu4096));
         assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
         assert_eq!((c.resolve_us, c.stats), (0, Some(Some(250))));
+        assert!(c.poison_wc);
     }
 
     #[test]
@@ -240,6 +244,7 @@ mod tests {
             ("RNIC_DROP_RATE", "2"),
             ("RNIC_SEED", "-1"),
             ("RNIC_FAST_TIMERS", "maybe"),
+            ("RNIC_POISON_WC", "2"),
             ("RNIC_RESOLVE_US", "soon"),
             ("RNIC_STATS", "every:0"),
             ("RNIC_STATS", "2"),

@@ -19,9 +19,11 @@
 //!   REM_ACCESS_ERR.
 //! * `async_event.c`: `ctx->async_fd` is not readable before any event; overrunning a CQ of one
 //!   entry (two signaled WRITEs) makes it readable; `ibv_get_async_event` returns
-//!   `IBV_EVENT_CQ_ERR` with `element.cq` that CQ; then, O_NONBLOCK, -1/EAGAIN and not
+//!   `IBV_EVENT_COMM_EST` on the receiving QP (in RTS), `IBV_EVENT_CQ_ERR` with `element.cq` that
+//!   CQ, `IBV_EVENT_QP_FATAL` with `element.qp` the overrunning QP; then, O_NONBLOCK, -1/EAGAIN and not
 //!   readable; a WRITE to a QP in RTR gives `IBV_EVENT_COMM_EST` with `element.qp` that QP; the
-//!   event of a QP destroyed before it is read is skipped (EAGAIN, not readable).
+//!   event of a QP destroyed before it is read is skipped (EAGAIN, not readable); an RDMA WRITE
+//!   with a bad rkey gives `IBV_EVENT_QP_ACCESS_ERR` on the responder's QP, which is in ERR.
 //! * `srq.c`: `ibv_create_srq` writes the granted sizes back; `ibv_post_recv` on a QP with an
 //!   SRQ is EINVAL; SENDs on two QPs sharing the SRQ take its receives oldest first, each
 //!   completion naming its QP; `srq_limit` above `max_wr` is EINVAL; the armed limit raises
@@ -435,10 +437,13 @@ fn async_events_through_async_fd() {
         &[
             "fd_not_readable_before_event",
             "cq_overrun_makes_fd_readable",
+            "get_async_event_comm_est_rts",
             "get_async_event_cq_err",
+            "get_async_event_qp_fatal_after_cq_err",
             "nonblocking_eagain_when_drained",
             "get_async_event_comm_est_qp",
             "event_of_destroyed_qp_skipped",
+            "get_async_event_qp_access_err_on_responder",
             "teardown",
         ],
     );

@@ -3,7 +3,7 @@
 
 use crate::gather::Gather;
 use crate::mr::MrTable;
-use crate::shared::Shared;
+use crate::shared::{Shared, WcQueue};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -187,6 +187,9 @@ pub(crate) struct SimQp {
     pub overrun: bool,
     /// COMM_EST was raised since the last entry to RTR.
     pub comm_est_raised: bool,
+    /// QP_FATAL was raised for a completion lost to a CQ overrun since the QP last left RESET
+    /// (raised once).
+    pub fatal_raised: bool,
 }
 
 impl SimQp {
@@ -207,6 +210,7 @@ impl SimQp {
             resp: Responder::default(),
             overrun: false,
             comm_est_raised: false,
+            fatal_raised: false,
         }
     }
 
@@ -220,10 +224,16 @@ impl SimQp {
         self.attr.path_mtu.bytes()
     }
 
-    /// Pushes a completion to `cq`; a lost completion (overrun) marks the QP for ERR.
+    /// Pushes a completion to `cq`; a lost completion (overrun) marks the QP for ERR and, the
+    /// first time, raises `QP_FATAL` on it — after the CQ's `CQ_ERR` when this completion is
+    /// the one that overran the CQ (IBTA C11-37; docs/semantics-verbs.md "CQ overrun").
     pub fn complete(&mut self, sh: &mut Shared, cq: CqHandle, wc: WorkCompletion, se: bool) {
         if !sh.complete(cq, wc, se) {
             self.overrun = true;
+            if !self.fatal_raised {
+                self.fatal_raised = true;
+                sh.qp_event(AsyncEventType::QpFatal, self.qpn);
+            }
         }
     }
 
@@ -253,7 +263,7 @@ impl SimQp {
             }
             wc
         } else {
-            WorkCompletion::error(w.wr.wr_id, status, self.qpn)
+            sh.error_wc(w.wr.wr_id, status, self.qpn, WcQueue::Send)
         };
         self.complete(sh, self.init.send_cq, wc, false);
     }
@@ -261,7 +271,7 @@ impl SimQp {
     /// Completes the head receive WQE with an error status and removes it.
     pub fn fail_recv_head(&mut self, sh: &mut Shared, status: WcStatus) {
         if let Some(r) = self.rq.pop_front() {
-            let wc = WorkCompletion::error(r.wr_id, status, self.qpn);
+            let wc = sh.error_wc(r.wr_id, status, self.qpn, WcQueue::Recv);
             self.complete(sh, self.init.recv_cq, wc, true);
         }
         self.resp.recv_in_use = false;
@@ -285,11 +295,11 @@ impl SimQp {
         self.attr.qp_state = QpState::Err;
         sh.entered_err.insert(self.qpn);
         while let Some(w) = self.sq.pop_front() {
-            let wc = WorkCompletion::error(w.wr.wr_id, WcStatus::WrFlushErr, self.qpn);
+            let wc = sh.error_wc(w.wr.wr_id, WcStatus::WrFlushErr, self.qpn, WcQueue::Send);
             self.complete(sh, self.init.send_cq, wc, false);
         }
         while let Some(r) = self.rq.pop_front() {
-            let wc = WorkCompletion::error(r.wr_id, WcStatus::WrFlushErr, self.qpn);
+            let wc = sh.error_wc(r.wr_id, WcStatus::WrFlushErr, self.qpn, WcQueue::Recv);
             self.complete(sh, self.init.recv_cq, wc, true);
         }
         if self.init.srq.is_some() {
@@ -299,10 +309,7 @@ impl SimQp {
             // `flush_recv_queue`, which raises it each time its receiver task runs in ERR
             // and flushes no taken WQE; the event kernel `ib_drain_qp` → `__ib_drain_srq`
             // waits for).
-            sh.events.push_back(AsyncEvent {
-                event_type: AsyncEventType::QpLastWqeReached,
-                element: AsyncElement::Qp(self.qpn),
-            });
+            sh.qp_event(AsyncEventType::QpLastWqeReached, self.qpn);
         }
         self.clear_transport();
         self.overrun = false;
@@ -357,6 +364,7 @@ impl SimQp {
         self.clear_transport();
         self.attr.qp_state = QpState::Reset;
         self.comm_est_raised = false;
+        self.fatal_raised = false;
     }
 
     /// Clears requester/responder progress (keeps the attributes).
@@ -374,15 +382,17 @@ impl SimQp {
         };
     }
 
-    /// Raises COMM_EST once when a packet arrives on a QP in RTR (IBTA 11.6.3.1; hardware does,
-    /// rxe does not).
-    pub fn note_rx_in_rtr(&mut self, sh: &mut Shared) {
-        if self.state() == QpState::Rtr && !self.comm_est_raised {
+    /// Raises COMM_EST once, on the first request packet the responder accepts since the QP
+    /// entered RTR — in RTR or, as after `rdma_accept` (which moves the passive QP to RTR and
+    /// RTS before the REP leaves), in RTS or SQD. IBTA 11.6.3.1 names the event for a QP in
+    /// RTR; ConnectX raises it as a firmware event (`MLX5_EVENT_TYPE_COMM_EST` →
+    /// `IB_EVENT_COMM_EST`, `mlx5_ib_qp_event`) and the kernel's rdma_cm targets that accept in
+    /// RTS answer it with `rdma_notify` (nvmet-rdma `nvmet_rdma_qp_event`, isert); rdmavt
+    /// raises it in RTR only; rxe never. docs/semantics-verbs.md "Async events".
+    pub fn note_first_request(&mut self, sh: &mut Shared) {
+        if !self.comm_est_raised {
             self.comm_est_raised = true;
-            sh.events.push_back(AsyncEvent {
-                event_type: AsyncEventType::CommEst,
-                element: AsyncElement::Qp(self.qpn),
-            });
+            sh.qp_event(AsyncEventType::CommEst, self.qpn);
         }
     }
 
@@ -465,7 +475,7 @@ impl SimQp {
                 .map_err(|error| PostError { error, bad_wr: i })?;
             if self.state() == QpState::Err {
                 // Accepted and flushed at once (rxe; cm-spec §5.4).
-                let wc = WorkCompletion::error(wr.wr_id, WcStatus::WrFlushErr, self.qpn);
+                let wc = sh.error_wc(wr.wr_id, WcStatus::WrFlushErr, self.qpn, WcQueue::Send);
                 self.complete(sh, self.init.send_cq, wc, false);
                 continue;
             }
@@ -514,7 +524,7 @@ impl SimQp {
                 });
             }
             if self.state() == QpState::Err {
-                let wc = WorkCompletion::error(wr.wr_id, WcStatus::WrFlushErr, self.qpn);
+                let wc = sh.error_wc(wr.wr_id, WcStatus::WrFlushErr, self.qpn, WcQueue::Recv);
                 self.complete(sh, self.init.recv_cq, wc, true);
                 continue;
             }

@@ -284,7 +284,8 @@ numbered_enum! {
         QpReqErr = 2,
         /// `IBV_EVENT_QP_ACCESS_ERR` (3).
         QpAccessErr = 3,
-        /// `IBV_EVENT_COMM_EST` (4): first packet received on a QP in RTR.
+        /// `IBV_EVENT_COMM_EST` (4): first request received on a QP since it entered RTR
+        /// (rnic-sim: in RTR or RTS, docs/semantics-verbs.md "Async events").
         CommEst = 4,
         /// `IBV_EVENT_SQ_DRAINED` (5).
         SqDrained = 5,
@@ -822,7 +823,8 @@ impl RecvWr {
 /// `struct ibv_wc` [verbs.h, man:ibv_poll_cq.3]: a work completion.
 ///
 /// For a status other than `Success` only `wr_id`, `status`, `qp_num` and `vendor_err` are
-/// valid; this crate's devices zero the other fields, as rxe does (cm-spec §5.3).
+/// valid; the simulated device zeroes the other fields, as rxe does (cm-spec §5.3), or fills
+/// them with junk when `SimDeviceConfig::poison_undefined_wc_fields` is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     /// The `wr_id` of the completed work request.

@@ -286,6 +286,7 @@ impl Runtime {
         let mut dcfg = SimDeviceConfig::new(config.device.clone(), gid);
         dcfg.active_mtu = config.mtu;
         dcfg.seed = Rng::new(seed).fork(DEVICE_SEED_STREAM).key();
+        dcfg.poison_undefined_wc_fields = config.poison_wc;
         // Each QP's burst fits the receive buffer the kernel grants (the driver would size it
         // too; sizing it first gives the window).
         dcfg.max_unacked_bytes =

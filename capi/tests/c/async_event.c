@@ -6,8 +6,11 @@
  * given: `element.cq` for IBV_EVENT_CQ_ERR, `element.qp` for QP events (man
  * ibv_get_async_event.3).
  *
- * A CQ overrun (IBTA 11.4.2.1: a completion that does not fit) raises IBV_EVENT_CQ_ERR; the
- * first packet a QP receives in RTR raises IBV_EVENT_COMM_EST (IBTA 11.6.3.1). librnic skips an
+ * A CQ overrun (IBTA 11.4.2.1: a completion that does not fit) raises IBV_EVENT_CQ_ERR, then
+ * IBV_EVENT_QP_FATAL on the QP whose completion was lost; the first request a QP receives since
+ * RTR, in RTR or RTS, raises IBV_EVENT_COMM_EST (IBTA 11.6.3.1; docs/semantics-verbs.md "Async
+ * events"); an RDMA WRITE with a bad rkey raises IBV_EVENT_QP_ACCESS_ERR on the responder's QP
+ * (IBTA C9-222.1.1). librnic skips an
  * event whose CQ or QP the application destroyed before reading it (libibverbs cannot return
  * one: its destroy calls wait for the object's events to be acked).
  */
@@ -20,6 +23,24 @@ static int readable(int fd, int timeout_ms)
 
 	REQUIRE(n >= 0, "poll");
 	return n == 1 && (p.revents & POLLIN);
+}
+
+/* The next event (blocking); requires `type` on QP `qp` (or CQ `cq` when `qp` is NULL). */
+static void expect_event(struct ibv_context *ctx, enum ibv_event_type type, struct ibv_qp *qp,
+			 struct ibv_cq *cq)
+{
+	struct ibv_async_event ev;
+	int rc;
+
+	memset(&ev, 0, sizeof(ev));
+	rc = ibv_get_async_event(ctx, &ev);
+	REQUIRE(rc == 0, "ibv_get_async_event returned %d", rc);
+	REQUIRE(ev.event_type == type &&
+			(qp ? ev.element.qp == qp : ev.element.cq == cq),
+		"event %d (%s) element %p, want %s on %p", ev.event_type,
+		ibv_event_type_str(ev.event_type), (void *)ev.element.qp,
+		ibv_event_type_str(type), qp ? (void *)qp : (void *)cq);
+	ibv_ack_async_event(&ev);
 }
 
 /* `qp`, in RTS towards `target`, RDMA-WRITEs 8 bytes to it (signaled; completion not awaited). */
@@ -36,7 +57,7 @@ int main(void)
 	struct ibv_pd *pd;
 	struct ibv_cq *small, *big;
 	struct ibv_mr *mr_src, *mr_dst;
-	struct ibv_qp *rtr, *sender, *gone, *sender2;
+	struct ibv_qp *rtr, *sender, *gone, *sender2, *victim, *sender3;
 	struct ibv_async_event ev;
 	struct loopback lb;
 	int rc, flags;
@@ -67,14 +88,17 @@ int main(void)
 	REQUIRE(readable(ctx->async_fd, 5000), "async_fd not readable within 5 s of the overrun");
 	ok();
 
+	/* lb.b is in RTS: the first WRITE it receives raises COMM_EST (rdma_accept's case). */
+	begin("get_async_event_comm_est_rts");
+	expect_event(ctx, IBV_EVENT_COMM_EST, lb.b, NULL); /* blocking fd: waits for it */
+	ok();
+
 	begin("get_async_event_cq_err");
-	memset(&ev, 0, sizeof(ev));
-	rc = ibv_get_async_event(ctx, &ev); /* blocking fd: returns the pending event */
-	REQUIRE(rc == 0, "ibv_get_async_event returned %d", rc);
-	REQUIRE(ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == small,
-		"event %d (%s) element %p, want IBV_EVENT_CQ_ERR on %p", ev.event_type,
-		ibv_event_type_str(ev.event_type), (void *)ev.element.cq, (void *)small);
-	ibv_ack_async_event(&ev);
+	expect_event(ctx, IBV_EVENT_CQ_ERR, NULL, small);
+	ok();
+
+	begin("get_async_event_qp_fatal_after_cq_err");
+	expect_event(ctx, IBV_EVENT_QP_FATAL, lb.a, NULL);
 	ok();
 
 	begin("nonblocking_eagain_when_drained");
@@ -122,7 +146,22 @@ int main(void)
 	REQUIRE(!readable(ctx->async_fd, 100), "async_fd still readable");
 	ok();
 
+	/* `victim` (RTS) gets a WRITE with a bad rkey: COMM_EST, then QP_ACCESS_ERR on it. */
+	begin("get_async_event_qp_access_err_on_responder");
+	REQUIRE(fcntl(ctx->async_fd, F_SETFL, flags) == 0, "fcntl blocking");
+	victim = create_rc_qp(pd, big, big);
+	sender3 = create_rc_qp(pd, big, big);
+	connect_rc_qp(victim, sender3->qp_num, &lb.gid);
+	connect_rc_qp(sender3, victim->qp_num, &lb.gid);
+	post_send(sender3, 5, IBV_WR_RDMA_WRITE, mr_src, mr_src->addr, 8, (uintptr_t)dst,
+		  mr_dst->rkey ^ 0x80);
+	expect_event(ctx, IBV_EVENT_COMM_EST, victim, NULL);
+	expect_event(ctx, IBV_EVENT_QP_ACCESS_ERR, victim, NULL);
+	REQUIRE(qp_state(victim) == IBV_QPS_ERR, "victim not in ERR");
+	ok();
+
 	begin("teardown");
+	REQUIRE(ibv_destroy_qp(victim) == 0 && ibv_destroy_qp(sender3) == 0, "ibv_destroy_qp");
 	REQUIRE(ibv_destroy_qp(lb.a) == 0 && ibv_destroy_qp(lb.b) == 0, "ibv_destroy_qp");
 	REQUIRE(ibv_destroy_qp(rtr) == 0 && ibv_destroy_qp(sender) == 0 &&
 			ibv_destroy_qp(sender2) == 0,

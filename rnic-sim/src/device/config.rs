@@ -71,6 +71,19 @@ pub struct SimDeviceConfig {
     /// the same seed gives the same identifiers. Real-time drivers pass OS randomness
     /// ([`crate::fabric::udp::os_seed`]); deterministic ones a seed derived from their own.
     pub seed: u64,
+    /// Fill the fields of an error work completion that man ibv_poll_cq(3) leaves undefined
+    /// ("If the completion status is other than IBV_WC_SUCCESS, only the following attributes
+    /// are valid: wr_id, status, qp_num, and vendor_err") with junk: `opcode` (one the queue
+    /// never completes: a receive opcode on a send completion and the reverse), `byte_len`
+    /// (never 0), `imm_data`, `src_qp`, `wc_flags` (`WITH_IMM` always among the bits),
+    /// `pkey_index`, `slid`, `sl`, `dlid_path_bits`. The junk is deterministic: a stream of
+    /// [`seed`](Self::seed), so the same seed gives the same values. mlx5 leaves those fields
+    /// as the caller's array held them (`mlx5_parse_cqe`, rdma-core providers/mlx5/cq.c), so
+    /// a consumer that trusts them reads stale or random values on hardware; this catches it
+    /// on the simulator. `false` (the default): they are zero, as rxe fills them (opcode reads
+    /// as SEND, byte_len 0), and every trace stays as it was. librnic sets it from
+    /// `RNIC_POISON_WC` (docs/capi.md).
+    pub poison_undefined_wc_fields: bool,
 }
 
 impl SimDeviceConfig {
@@ -103,6 +116,7 @@ impl SimDeviceConfig {
             max_unacked_bytes: u64::MAX,
             max_pkts_per_ack: 64,
             seed: 0,
+            poison_undefined_wc_fields: false,
         }
     }
 }

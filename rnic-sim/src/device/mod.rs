@@ -48,6 +48,11 @@ pub struct SimDevice {
     next_qpn: u32,
     /// The seed's permutation of QPNs (the identity with seed 0).
     qpn_order: crate::ids::Perm24,
+    /// QPNs of destroyed QPs whose completions are still in a CQ, with how many remain: such
+    /// a QPN is not handed out again until they are polled or their CQ is destroyed, so a
+    /// completion's `qp_num` never names a QP other than the one that made it
+    /// (docs/semantics-verbs.md, "CQEs of a destroyed QP").
+    lingering: BTreeMap<u32, usize>,
     gsi: crate::gsi::Gsi,
     /// QPs touched since the last [`SimDevice::poll_transmit`] ran the requesters: only they
     /// can have something new to send (a QP's requester emits all it may in one go, and only
@@ -60,6 +65,21 @@ pub struct SimDevice {
     deadlines: BTreeSet<(SimTime, u32)>,
     /// The deadline each QP has in `deadlines`.
     deadline_of: BTreeMap<u32, SimTime>,
+}
+
+/// Counts `wcs` off the lingering completions of destroyed QPs.
+fn forget<'a>(lingering: &mut BTreeMap<u32, usize>, wcs: impl Iterator<Item = &'a WorkCompletion>) {
+    if lingering.is_empty() {
+        return;
+    }
+    for wc in wcs {
+        if let Some(n) = lingering.get_mut(&wc.qp_num) {
+            *n -= 1;
+            if *n == 0 {
+                lingering.remove(&wc.qp_num);
+            }
+        }
+    }
 }
 
 fn qp_handle_err() -> Error {
@@ -81,6 +101,9 @@ impl SimDevice {
             max_unacked_bytes: cfg.max_unacked_bytes,
             max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
             entered_err: BTreeSet::new(),
+            poison: cfg
+                .poison_undefined_wc_fields
+                .then(|| crate::shared::WcPoison::new(cfg.seed)),
         };
         let first = cfg.first_qpn & QPN_MASK;
         SimDevice {
@@ -93,6 +116,7 @@ impl SimDevice {
             next_cq: 1,
             next_srq: 1,
             qps: BTreeMap::new(),
+            lingering: BTreeMap::new(),
             cq_users: BTreeMap::new(),
             gsi: crate::gsi::Gsi::default(),
             tx_pending: Vec::new(),
@@ -201,6 +225,11 @@ impl SimDevice {
         self.next_qpn = counter;
     }
 
+    /// Forgets the lingering completions among `wcs` (polled, or in a destroyed CQ).
+    fn forget_lingering<'a>(&mut self, wcs: impl Iterator<Item = &'a WorkCompletion>) {
+        forget(&mut self.lingering, wcs);
+    }
+
     /// The next QPN: the counter's image under the seed's permutation of `2..2^24` (the
     /// counter itself with seed 0), skipping live QPNs.
     fn allocate_qpn(&mut self) -> Option<u32> {
@@ -208,7 +237,7 @@ impl SimDevice {
             let c = self.next_qpn;
             self.next_qpn = if c >= QPN_MASK { 2 } else { c + 1 };
             let n = self.qpn_order.apply_from(2, c);
-            if n >= 2 && !self.qps.contains_key(&n) {
+            if n >= 2 && !self.qps.contains_key(&n) && !self.lingering.contains_key(&n) {
                 return Some(n);
             }
         }
@@ -368,7 +397,9 @@ impl Device for SimDevice {
         if self.cq_users.contains_key(&cq.0) {
             return Err(Error::new(Errno::EBUSY, "CQ still used by a QP"));
         }
-        self.sh.cqs.remove(&cq.0);
+        if let Some(c) = self.sh.cqs.remove(&cq.0) {
+            self.forget_lingering(c.entries.iter());
+        }
         Ok(())
     }
 
@@ -401,7 +432,9 @@ impl Device for SimDevice {
             return Err(Error::new(Errno::EIO, "CQ overrun (CQ_ERR)"));
         }
         let n = max.min(c.entries.len());
+        let start = out.len();
         out.extend(c.entries.drain(..n));
+        forget(&mut self.lingering, out[start..].iter());
         Ok(n)
     }
 
@@ -553,6 +586,20 @@ impl Device for SimDevice {
                     self.cq_users.remove(&cq.0);
                 }
             }
+        }
+        // Its completions stay in the CQs and may be polled [rxe; man ibv_destroy_qp(3) says
+        // nothing of them]; its QPN waits until they are gone.
+        let mut left = 0;
+        for cq in [q.init.send_cq, q.init.recv_cq]
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+        {
+            if let Some(c) = self.sh.cqs.get(&cq.0) {
+                left += c.entries.iter().filter(|w| w.qp_num == qp.0).count();
+            }
+        }
+        if left > 0 {
+            self.lingering.insert(qp.0, left);
         }
         self.tx_pending.retain(|&q| q != qp.0);
         self.sh.entered_err.remove(&qp.0);

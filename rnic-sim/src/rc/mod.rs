@@ -53,6 +53,26 @@ enum RespErr {
     Fatal { nak: NakCode, recv_status: WcStatus },
 }
 
+/// The affiliated async event of a class C responder error that no receive WQE can report
+/// (IBTA C9-222.1.1: "If the error can be related to a particular QP but cannot be related to
+/// a particular WQE on that receive queue (e.g. the error occurred while executing an RDMA
+/// Write Request without immediate data), the error shall be reported to the responder's
+/// client as an Affiliated Asynchronous error"): a remote access NAK is a Local Access
+/// Violation Work Queue Error (`QP_ACCESS_ERR`), an invalid request NAK an Invalid Request
+/// Local Work Queue Error (`QP_REQ_ERR`), anything else a catastrophic error (`QP_FATAL`).
+/// mlx5 reports them as firmware events (`MLX5_EVENT_TYPE_WQ_ACCESS_ERROR`,
+/// `MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR`, `mlx5_ib_qp_event`); siw raises `QP_ACCESS_ERR` on a
+/// bad STag (`siw_qp_rx.c`); rxe raises none (a v2 patch, "RDMA/rxe: Generate async error for
+/// r_key violations", Feb 2026, adds `QP_ACCESS_ERR`).
+fn responder_error_event(nak: NakCode) -> verbs_core::AsyncEventType {
+    use verbs_core::AsyncEventType as T;
+    match nak {
+        NakCode::RemoteAccessError => T::QpAccessErr,
+        NakCode::InvalidRequest => T::QpReqErr,
+        _ => T::QpFatal,
+    }
+}
+
 fn inv_req() -> RespErr {
     RespErr::Fatal {
         nak: NakCode::InvalidRequest,
@@ -398,7 +418,7 @@ impl SimQp {
             sh.counters.qp_not_ready += 1;
             return;
         }
-        self.note_rx_in_rtr(sh);
+        self.note_first_request(sh);
         let psn = pkt.bth.psn;
         let diff = psn_diff(psn, self.resp.psn);
         if diff > 0 {
@@ -435,7 +455,11 @@ impl SimQp {
                 self.flush_pending_ack(sh);
                 self.send_ack(sh, AethKind::Nak(nak), psn);
                 if self.resp.recv_in_use {
+                    // The error belongs to a receive WQE: its completion reports it.
                     self.fail_recv_head(sh, recv_status);
+                } else {
+                    // No receive WQE to carry it: an affiliated async error on this QP.
+                    sh.qp_event(responder_error_event(nak), self.qpn);
                 }
                 self.enter_err(sh);
             }

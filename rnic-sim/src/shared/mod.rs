@@ -6,12 +6,16 @@ use crate::cq::{Cq, CqPush};
 use crate::mr::MrTable;
 use crate::srq::Srq;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Gid, WorkCompletion};
+use verbs_core::{
+    AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Gid, WcStatus, WorkCompletion,
+};
 
 mod counters;
+mod poison;
 mod transmit;
 
 pub use counters::{Counters, ObjectCounts};
+pub(crate) use poison::{WcPoison, WcQueue};
 pub use transmit::Transmit;
 pub(crate) use transmit::{fill, Outgoing};
 
@@ -40,9 +44,34 @@ pub(crate) struct Shared {
     pub max_pkts_per_ack: u32,
     /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`](crate::SimDevice::take_entered_err) last ran.
     pub entered_err: BTreeSet<u32>,
+    /// The junk generator of error completions, when
+    /// [`SimDeviceConfig::poison_undefined_wc_fields`](crate::SimDeviceConfig::poison_undefined_wc_fields)
+    /// is set.
+    pub poison: Option<WcPoison>,
 }
 
 impl Shared {
+    /// An error completion of `wr_id` with `status` on QP `qpn`'s `queue`: only `wr_id`,
+    /// `status`, `qp_num` and `vendor_err` are defined (man ibv_poll_cq(3)); the rest is zero
+    /// (rxe) or junk when the device poisons them (see `shared/poison.rs`).
+    pub fn error_wc(
+        &mut self,
+        wr_id: u64,
+        status: WcStatus,
+        qpn: u32,
+        queue: WcQueue,
+    ) -> WorkCompletion {
+        poison::error_wc(self.poison.as_mut(), wr_id, status, qpn, queue)
+    }
+
+    /// Queues the affiliated async event `event_type` of QP `qpn`.
+    pub fn qp_event(&mut self, event_type: AsyncEventType, qpn: u32) {
+        self.events.push_back(AsyncEvent {
+            event_type,
+            element: AsyncElement::Qp(qpn),
+        });
+    }
+
     /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
     /// `CQ_ERR` the first time) or the CQ is unknown.
     pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {

@@ -1,5 +1,6 @@
 //! Unit tests of the verbs and RC rules, one test per rule, named after it.
 
+mod async_events;
 mod bad_packets;
 mod cq_events;
 mod err_flush;

@@ -49,7 +49,8 @@
 //! races with connection setup · `destroy.rs`: `rdma_destroy_id` per IB CM state (§3.3) ·
 //! `lost_and_rejected.rs`: lost DREQ/DREP, setup rejections · `choices.rs`: behaviour choices
 //! (TESTING.md), regressions · `srq.rs`: shared receive queues (two devices through the
-//! `Device` trait, no World).
+//! `Device` trait, no World) · `async_events.rs`: async QP events and error completions (a
+//! `Simulation` of two hosts: the World does not record QP events).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -219,6 +220,7 @@ fn establish_without_rtu(w: &mut World) -> Conn {
     Conn { active, passive }
 }
 
+mod async_events;
 mod choices;
 mod destroy;
 mod handshake_and_disconnect_rows;

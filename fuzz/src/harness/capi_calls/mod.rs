@@ -133,6 +133,7 @@ pub fn config() -> Config {
         drop_rate: 1.0,
         seed: Some(0x0063_6170_6921),
         fast_timers: false,
+        poison_wc: false,
         resolve_us: 0,
         stats: None,
     }
