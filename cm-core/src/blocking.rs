@@ -189,7 +189,10 @@ impl<D: CmDevice> SharedCm<D> {
         self.inner.cond.notify_all();
         self.inner.notify.notify_waiters();
         if timed_out {
-            return Err(Error::new(Errno::EAGAIN, "events of the id still not acked"));
+            return Err(Error::new(
+                Errno::EAGAIN,
+                "events of the id still not acked",
+            ));
         }
         Ok(())
     }

@@ -395,7 +395,9 @@ impl RdmaCm {
             // `rdma_accept` → `cma_rep_recv` → `ib_send_cm_rtu` refuses (EINVAL) outside
             // REP_RCVD/MRA_REP_SENT, also on a second call once ESTABLISHED.
             Some(_) if self.cma.listen_id(id).is_none() => {
-                self.cma.state(id).ok_or_else(|| inval("unknown rdma_cm id"))?;
+                self.cma
+                    .state(id)
+                    .ok_or_else(|| inval("unknown rdma_cm id"))?;
                 Err(inval("rdma_establish: no CONNECT_RESPONSE to answer"))
             }
             _ => self.cma.notify(dev, now, id),

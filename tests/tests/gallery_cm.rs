@@ -69,7 +69,11 @@ impl Net {
     }
 
     /// Runs `f` with host `h`'s CM, device and the current time.
-    fn call<R>(&mut self, h: usize, f: impl FnOnce(&mut RdmaCm, &mut SimDevice, SimTime) -> R) -> R {
+    fn call<R>(
+        &mut self,
+        h: usize,
+        f: impl FnOnce(&mut RdmaCm, &mut SimDevice, SimTime) -> R,
+    ) -> R {
         let now = self.sim.now();
         let (cm, dev) = self.sim.endpoint_mut(h).unwrap().split();
         f(cm, dev, now)
@@ -94,7 +98,9 @@ impl Net {
     }
 
     fn expect(&mut self, h: usize, ch: EventChannel, want: E) -> CmEvent {
-        let ev = self.event(h, ch).unwrap_or_else(|e| panic!("host {h}: {e}, wanted {want:?}"));
+        let ev = self
+            .event(h, ch)
+            .unwrap_or_else(|e| panic!("host {h}: {e}, wanted {want:?}"));
         assert_eq!(ev.event, want, "host {h}: {ev:?}");
         ev
     }
@@ -150,14 +156,16 @@ fn connected(net: &mut Net) -> Conn {
     let cid = net.resolved(cch);
     let (cqp, ccq) = net.call(CLIENT, |cm, dev, now| {
         let r = qp(cm, dev, cid);
-        cm.connect(dev, now, cid, &ConnParam::rping_defaults()).unwrap();
+        cm.connect(dev, now, cid, &ConnParam::rping_defaults())
+            .unwrap();
         r
     });
     net.step();
     let sid = net.expect(SERVER, sch, E::ConnectRequest).id;
     let (sqp, _) = net.call(SERVER, |cm, dev, now| {
         let r = qp(cm, dev, sid);
-        cm.accept(dev, now, sid, &ConnParam::rping_defaults()).unwrap();
+        cm.accept(dev, now, sid, &ConnParam::rping_defaults())
+            .unwrap();
         r
     });
     net.step();
@@ -183,7 +191,8 @@ fn migrate_id_moves_the_unread_events_and_the_later_ones_to_the_new_channel() {
     let mut net = Net::new();
     let c = connected(&mut net);
     // The server disconnects; the client has not read its DISCONNECTED yet.
-    net.call(SERVER, |cm, dev, now| cm.disconnect(dev, now, c.sid)).unwrap();
+    net.call(SERVER, |cm, dev, now| cm.disconnect(dev, now, c.sid))
+        .unwrap();
     net.step();
     assert_eq!(net.cm(CLIENT).pending_events(c.cch), 1);
     let other = net.cm(CLIENT).create_event_channel();
@@ -193,7 +202,8 @@ fn migrate_id_moves_the_unread_events_and_the_later_ones_to_the_new_channel() {
     assert_eq!(net.event(CLIENT, c.cch).unwrap_err().errno, Errno::EAGAIN);
     net.expect(CLIENT, other, E::Disconnected);
     // Later events arrive on the new channel too.
-    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid))
+        .unwrap();
     net.run_for_s(1);
     net.expect(CLIENT, other, E::TimewaitExit);
     // The old channel has no id left: it can go.
@@ -202,7 +212,10 @@ fn migrate_id_moves_the_unread_events_and_the_later_ones_to_the_new_channel() {
 
 /// A CM over a lone simulated RNIC behind the blocking layer (no peer needed).
 fn shared_alone() -> SharedCm<SimDevice> {
-    let dev = SimDevice::new(SimDeviceConfig::new("sim9".to_string(), Gid::from_ip(ip(9))));
+    let dev = SimDevice::new(SimDeviceConfig::new(
+        "sim9".to_string(),
+        Gid::from_ip(ip(9)),
+    ));
     let cm = RdmaCm::new(&dev, CmConfig::default()).unwrap();
     SharedCm::new(cm, dev, SimTime::default)
 }
@@ -219,7 +232,9 @@ fn migrate_id_waits_until_the_ids_events_are_acked() {
         (id, ev, cm.create_event_channel())
     });
     // librdmacm blocks until the ack: here the wait runs out (timeout 0); the id moved.
-    let e = shared.migrate_id(id, Some(other), Duration::ZERO).unwrap_err();
+    let e = shared
+        .migrate_id(id, Some(other), Duration::ZERO)
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EAGAIN);
     assert_eq!(shared.with(|cm, _| cm.channel_of(id)), Some(other));
     shared.with(|cm, _| cm.ack_cm_event(ev)).unwrap();
@@ -241,10 +256,15 @@ fn a_synchronous_id_returns_each_calls_event_as_its_result() {
     let id = cm.create_sync_id(RdmaPortSpace::Tcp).unwrap();
     assert_eq!(cm.is_sync(id), Some(true));
     cm.resolve_addr(id, None, server_addr()).unwrap();
-    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap();
-    assert_eq!(net.cm(CLIENT).sync_event(id).unwrap().event, E::AddrResolved);
+    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap();
+    assert_eq!(
+        net.cm(CLIENT).sync_event(id).unwrap().event,
+        E::AddrResolved
+    );
     net.cm(CLIENT).resolve_route(id).unwrap();
-    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap();
     assert_eq!(net.cm(CLIENT).state(id), Some(RdmaCmState::RouteResolved));
     net.call(CLIENT, |cm, dev, now| {
         qp(cm, dev, id);
@@ -252,7 +272,9 @@ fn a_synchronous_id_returns_each_calls_event_as_its_result() {
     })
     .unwrap();
     // rdma_connect blocks for its event: EAGAIN here until the REP is in.
-    let e = net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap_err();
+    let e = net
+        .call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EAGAIN);
     net.step();
     let sid = net.expect(SERVER, sch, E::ConnectRequest).id;
@@ -262,11 +284,13 @@ fn a_synchronous_id_returns_each_calls_event_as_its_result() {
     })
     .unwrap();
     net.step();
-    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap();
     assert_eq!(net.cm(CLIENT).sync_event(id).unwrap().event, E::Established);
     // rdma_destroy_id acks id->event and frees the private channel.
     let ch = net.cm(CLIENT).channel_of(id).unwrap();
-    net.call(CLIENT, |cm, dev, now| cm.destroy_id(dev, now, id)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.destroy_id(dev, now, id))
+        .unwrap();
     assert_eq!(net.event(CLIENT, ch).unwrap_err().errno, Errno::EBADF);
 }
 
@@ -276,9 +300,11 @@ fn a_synchronous_connect_to_a_port_nobody_listens_on_fails_with_econnrefused() {
     let cm = net.cm(CLIENT);
     let id = cm.create_sync_id(RdmaPortSpace::Tcp).unwrap();
     cm.resolve_addr(id, None, server_addr()).unwrap();
-    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap();
     net.cm(CLIENT).resolve_route(id).unwrap();
-    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap();
     net.call(CLIENT, |cm, dev, now| {
         qp(cm, dev, id);
         cm.connect(dev, now, id, &ConnParam::rping_defaults())
@@ -286,7 +312,9 @@ fn a_synchronous_connect_to_a_port_nobody_listens_on_fails_with_econnrefused() {
     .unwrap();
     net.step();
     // REJ 8 → REJECTED → ucma_complete: ECONNREFUSED.
-    let e = net.call(CLIENT, |cm, dev, now| cm.complete(dev, now, id)).unwrap_err();
+    let e = net
+        .call(CLIENT, |cm, dev, now| cm.complete(dev, now, id))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::ECONNREFUSED);
     let ev = net.cm(CLIENT).sync_event(id).unwrap();
     assert_eq!((ev.event, ev.status), (E::Rejected, 8));
@@ -299,7 +327,9 @@ fn a_synchronous_listener_hands_out_synchronous_ids_with_get_request() {
     let lid = cm.create_sync_id(RdmaPortSpace::Tcp).unwrap();
     cm.bind_addr(lid, server_addr()).unwrap();
     cm.listen(lid, 4).unwrap();
-    let e = net.call(SERVER, |cm, dev, now| cm.get_request(dev, now, lid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.get_request(dev, now, lid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EAGAIN);
     let cch = net.cm(CLIENT).create_event_channel();
     let cid = net.resolved(cch);
@@ -309,7 +339,9 @@ fn a_synchronous_listener_hands_out_synchronous_ids_with_get_request() {
     })
     .unwrap();
     net.step();
-    let sid = net.call(SERVER, |cm, dev, now| cm.get_request(dev, now, lid)).unwrap();
+    let sid = net
+        .call(SERVER, |cm, dev, now| cm.get_request(dev, now, lid))
+        .unwrap();
     let cm = net.cm(SERVER);
     assert_eq!(cm.is_sync(sid), Some(true));
     assert_eq!(cm.sync_event(sid).unwrap().event, E::ConnectRequest);
@@ -323,10 +355,16 @@ fn a_synchronous_listener_hands_out_synchronous_ids_with_get_request() {
     net.step();
     net.expect(CLIENT, cch, E::Established);
     net.step();
-    net.call(SERVER, |cm, dev, now| cm.complete(dev, now, sid)).unwrap();
-    assert_eq!(net.cm(SERVER).sync_event(sid).unwrap().event, E::Established);
+    net.call(SERVER, |cm, dev, now| cm.complete(dev, now, sid))
+        .unwrap();
+    assert_eq!(
+        net.cm(SERVER).sync_event(sid).unwrap().event,
+        E::Established
+    );
     // rdma_get_request on an id that is not synchronous: EINVAL.
-    let e = net.call(CLIENT, |cm, dev, now| cm.get_request(dev, now, cid)).unwrap_err();
+    let e = net
+        .call(CLIENT, |cm, dev, now| cm.get_request(dev, now, cid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EINVAL);
 }
 
@@ -340,8 +378,14 @@ fn a_destroyed_event_channel_answers_ebadf() {
     cm.destroy_event_channel(ch).unwrap();
     assert_eq!(net.event(CLIENT, ch).unwrap_err().errno, Errno::EBADF);
     let cm = net.cm(CLIENT);
-    assert_eq!(cm.create_id(ch, RdmaPortSpace::Tcp).unwrap_err().errno, Errno::EBADF);
-    assert_eq!(cm.destroy_event_channel(ch).unwrap_err().errno, Errno::EBADF);
+    assert_eq!(
+        cm.create_id(ch, RdmaPortSpace::Tcp).unwrap_err().errno,
+        Errno::EBADF
+    );
+    assert_eq!(
+        cm.destroy_event_channel(ch).unwrap_err().errno,
+        Errno::EBADF
+    );
     // A blocking wait entered after the destroy fails at once.
     let shared = shared_alone();
     let ch = shared.with(|cm, _| {
@@ -357,9 +401,13 @@ fn a_destroyed_event_channel_answers_ebadf() {
 fn rdma_notify_on_an_established_connection_is_eisconn() {
     let mut net = Net::new();
     let c = connected(&mut net);
-    let e = net.call(SERVER, |cm, dev, now| cm.notify(dev, now, c.sid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.notify(dev, now, c.sid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EISCONN);
-    let e = net.call(SERVER, |cm, dev, now| cm.establish(dev, now, c.sid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.establish(dev, now, c.sid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EISCONN);
 }
 
@@ -374,7 +422,8 @@ fn rdma_establish_a_second_time_on_the_active_side_is_einval() {
         qp_num: 0x1234,
         ..ConnParam::rping_defaults()
     };
-    net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, cid, &param)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, cid, &param))
+        .unwrap();
     net.step();
     let sid = net.expect(SERVER, sch, E::ConnectRequest).id;
     net.call(SERVER, |cm, dev, now| {
@@ -384,8 +433,11 @@ fn rdma_establish_a_second_time_on_the_active_side_is_einval() {
     .unwrap();
     net.step();
     net.expect(CLIENT, cch, E::ConnectResponse);
-    net.call(CLIENT, |cm, dev, now| cm.establish(dev, now, cid)).unwrap();
-    let e = net.call(CLIENT, |cm, dev, now| cm.establish(dev, now, cid)).unwrap_err();
+    net.call(CLIENT, |cm, dev, now| cm.establish(dev, now, cid))
+        .unwrap();
+    let e = net
+        .call(CLIENT, |cm, dev, now| cm.establish(dev, now, cid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EINVAL);
 }
 
@@ -401,7 +453,8 @@ fn listen_backlog_0_takes_ucmas_max_backlog() {
             qp_num: 0x90 + n,
             ..ConnParam::rping_defaults()
         };
-        net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, id, &p)).unwrap();
+        net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, id, &p))
+            .unwrap();
     }
     net.step();
     assert_eq!(net.cm(SERVER).pending_events(sch), 8);
@@ -432,7 +485,8 @@ fn a_connect_abandoned_by_rdma_disconnect_rejects_only_at_rdma_destroy_id() {
     // The REP is in; the application disconnects before reading CONNECT_RESPONSE: its QP goes
     // to ERR, nothing is sent (no DREQ outside ESTABLISHED, no DREP outside DREQ_RCVD).
     let before = net.mads_sent(CLIENT);
-    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, cid)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, cid))
+        .unwrap();
     assert_eq!(net.mads_sent(CLIENT), before);
     // Reading the CONNECT_RESPONSE now fails at the QP step: CONNECT_ERROR, still nothing sent.
     let ev = net.expect(CLIENT, cch, E::ConnectError);
@@ -440,7 +494,8 @@ fn a_connect_abandoned_by_rdma_disconnect_rejects_only_at_rdma_destroy_id() {
     assert_eq!(net.mads_sent(CLIENT), before);
     assert_eq!(net.cm(CLIENT).ib_cm_state(cid), Some(IbCmState::RepRcvd));
     // rdma_destroy_id sends the REJ (28, from REP_RCVD).
-    net.call(CLIENT, |cm, dev, now| cm.destroy_id(dev, now, cid)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.destroy_id(dev, now, cid))
+        .unwrap();
     assert_eq!(net.mads_sent(CLIENT), before + 1);
     net.step();
     let rej = net.expect(SERVER, sch, E::Rejected);
@@ -474,25 +529,39 @@ fn device_removal_reaches_every_id_on_the_device_and_leaves_only_destroy() {
     got.sort();
     assert_eq!(got, vec![(c.lid, 0), (c.sid, 0)]);
     assert_eq!(net.event(SERVER, c.sch).unwrap_err().errno, Errno::EAGAIN);
-    assert_eq!(net.cm(SERVER).state(c.sid), Some(RdmaCmState::DeviceRemoval));
+    assert_eq!(
+        net.cm(SERVER).state(c.sid),
+        Some(RdmaCmState::DeviceRemoval)
+    );
     // Every call but destroy: ENXIO (EIO where librdmacm touches the QP first).
     let sid = c.sid;
-    let e = net.call(SERVER, |cm, dev, now| cm.disconnect(dev, now, sid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.disconnect(dev, now, sid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::EIO);
     net.cm(SERVER).detach_qp(sid).unwrap();
-    let e = net.call(SERVER, |cm, dev, now| cm.disconnect(dev, now, sid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.disconnect(dev, now, sid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::ENXIO);
-    let e = net.call(SERVER, |cm, dev, now| cm.notify(dev, now, sid)).unwrap_err();
+    let e = net
+        .call(SERVER, |cm, dev, now| cm.notify(dev, now, sid))
+        .unwrap_err();
     assert_eq!(e.errno, Errno::ENXIO);
-    assert_eq!(net.cm(SERVER).listen(c.lid, 1).unwrap_err().errno, Errno::ENXIO);
+    assert_eq!(
+        net.cm(SERVER).listen(c.lid, 1).unwrap_err().errno,
+        Errno::ENXIO
+    );
     // The unbound id got nothing and still works, but cannot reach the device.
     assert_eq!(net.cm(SERVER).state(idle), Some(RdmaCmState::Idle));
     let e = net.cm(SERVER).bind_addr(idle, server_addr()).unwrap_err();
     assert_eq!(e.errno, Errno::ENODEV);
     // Destroy works and sends nothing.
     let before = net.mads_sent(SERVER);
-    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, sid)).unwrap();
-    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, c.lid)).unwrap();
+    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, sid))
+        .unwrap();
+    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, c.lid))
+        .unwrap();
     assert_eq!(net.mads_sent(SERVER), before);
 }
 
@@ -513,7 +582,10 @@ fn a_removed_device_raises_device_fatal_flushes_its_qps_and_then_answers_eio() {
     assert_eq!(dev.query_qp(c.cqp.handle).unwrap_err().errno, Errno::EIO);
     assert_eq!(dev.alloc_pd().unwrap_err().errno, Errno::EIO);
     let wr = SendWr::send(1, vec![mr.sge(0, 8)]);
-    assert_eq!(dev.post_send(c.cqp.handle, &[wr]).unwrap_err().error.errno, Errno::EIO);
+    assert_eq!(
+        dev.post_send(c.cqp.handle, &[wr]).unwrap_err().error.errno,
+        Errno::EIO
+    );
     // The QP's receive WRs (none posted here) would flush; the CQ stays readable.
     let mut out = Vec::new();
     assert!(dev.poll_cq(c.ccq, 16, &mut out).is_ok());
@@ -533,9 +605,11 @@ fn the_peer_of_a_removed_device_hears_nothing_and_its_dreq_times_out() {
     let dev = net.sim.endpoint_mut(CLIENT).unwrap().nic_mut().device_mut();
     let pd = dev.alloc_pd().unwrap();
     let mr = dev.reg_mr(pd, 64, AccessFlags::LOCAL_WRITE).unwrap();
-    dev.post_send(c.cqp.handle, &[SendWr::send(7, vec![mr.sge(0, 8)])]).unwrap();
+    dev.post_send(c.cqp.handle, &[SendWr::send(7, vec![mr.sge(0, 8)])])
+        .unwrap();
     // …and its DREQ goes unanswered until the retries run out: DISCONNECTED −110.
-    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid))
+        .unwrap();
     net.run_for_s(120);
     let ev = net.expect(CLIENT, c.cch, E::Disconnected);
     assert_eq!(ev.status, -110);
@@ -543,7 +617,8 @@ fn the_peer_of_a_removed_device_hears_nothing_and_its_dreq_times_out() {
     let mut out = Vec::new();
     dev.poll_cq(c.ccq, 16, &mut out).unwrap();
     assert!(
-        out.iter().any(|wc| wc.wr_id == 7 && wc.status != WcStatus::Success),
+        out.iter()
+            .any(|wc| wc.wr_id == 7 && wc.status != WcStatus::Success),
         "{out:?}"
     );
     let _ = c.sqp;
@@ -559,7 +634,8 @@ fn a_passive_id_not_accepted_yet_gets_no_device_removal_but_is_closed() {
         qp_num: 0x77,
         ..ConnParam::rping_defaults()
     };
-    net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, cid, &p)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.connect(dev, now, cid, &p))
+        .unwrap();
     net.step();
     let sid = net.expect(SERVER, sch, E::ConnectRequest).id;
     remove_device(&mut net, SERVER);
@@ -569,10 +645,13 @@ fn a_passive_id_not_accepted_yet_gets_no_device_removal_but_is_closed() {
     assert_eq!(net.event(SERVER, sch).unwrap_err().errno, Errno::EAGAIN);
     // …but the request is gone all the same.
     let e = net
-        .call(SERVER, |cm, dev, now| cm.accept(dev, now, sid, &ConnParam::rping_defaults()))
+        .call(SERVER, |cm, dev, now| {
+            cm.accept(dev, now, sid, &ConnParam::rping_defaults())
+        })
         .unwrap_err();
     assert_eq!(e.errno, Errno::ENXIO);
-    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, sid)).unwrap();
+    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, sid))
+        .unwrap();
 }
 
 // ---- address change -------------------------------------------------------------------------
@@ -584,8 +663,11 @@ fn address_change_reaches_the_ids_on_the_device_and_changes_nothing_else() {
     let cm = net.cm(CLIENT);
     let idle = cm.create_id(c.cch, RdmaPortSpace::Tcp).unwrap();
     let wildcard = cm.create_id(c.cch, RdmaPortSpace::Tcp).unwrap();
-    cm.bind_addr(wildcard, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))
-        .unwrap();
+    cm.bind_addr(
+        wildcard,
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+    )
+    .unwrap();
     assert_eq!(cm.address_change(), vec![c.cid]);
     let ev = net.expect(CLIENT, c.cch, E::AddrChange);
     assert_eq!((ev.id, ev.status), (c.cid, 0));
@@ -595,11 +677,19 @@ fn address_change_reaches_the_ids_on_the_device_and_changes_nothing_else() {
     assert_eq!(cm.ib_cm_state(c.cid), Some(IbCmState::Established));
     assert_eq!(cm.state(idle), Some(RdmaCmState::Idle));
     // The connection goes on: an orderly disconnect still works.
-    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid)).unwrap();
+    net.call(CLIENT, |cm, dev, now| cm.disconnect(dev, now, c.cid))
+        .unwrap();
     net.step();
     net.expect(SERVER, c.sch, E::Disconnected);
     assert_eq!(
-        net.sim.endpoint(CLIENT).unwrap().nic().query_qp(c.cqp.handle).unwrap().0.qp_state,
+        net.sim
+            .endpoint(CLIENT)
+            .unwrap()
+            .nic()
+            .query_qp(c.cqp.handle)
+            .unwrap()
+            .0
+            .qp_state,
         QpState::Err
     );
 }

@@ -568,7 +568,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
             return fail(libc::EINVAL);
         };
         if channel.is_null() {
-            return fail(unsupported("rdma_migrate_id to a synchronous channel (NULL)"));
+            return fail(unsupported(
+                "rdma_migrate_id to a synchronous channel (NULL)",
+            ));
         }
         // SAFETY: `id` is an id of this library, `channel` came from
         // `rdma_create_event_channel`.
