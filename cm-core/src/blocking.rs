@@ -6,7 +6,7 @@
 use crate::api::{CmDevice, CmEvent, CmIdHandle, EventChannel, RdmaCm};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use verbs_core::{Errno, Error, SimTime};
 
 /// The driver's clock: the [`SimTime`] it runs the CM at.
@@ -110,14 +110,14 @@ impl<D: CmDevice> SharedCm<D> {
 /// Synchronous ids and `rdma_migrate_id`: the waits librdmacm does inside the call.
 impl<D: CmDevice> SharedCm<D> {
     /// Runs `step` under the lock until it returns something other than `EAGAIN`, waiting for
-    /// events on `id`'s channel in between; `EAGAIN` when `timeout` passes first.
+    /// events on `id`'s channel in between; `EAGAIN` when a wait of `timeout` sees none (each
+    /// wait is up to `timeout`: the layer reads no clock).
     fn until_event<R>(
         &self,
         id: CmIdHandle,
         timeout: Duration,
         mut step: impl FnMut(&mut RdmaCm, &mut D, SimTime) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        let deadline = Instant::now() + timeout;
         let mut g = self.inner.state.lock();
         loop {
             let now = (self.inner.clock)();
@@ -130,10 +130,10 @@ impl<D: CmDevice> SharedCm<D> {
             let timed_out = self
                 .inner
                 .cond
-                .wait_while_until(
+                .wait_while_for(
                     &mut g,
                     |st| ch.is_some_and(|c| st.0.pending_events(c) == 0),
-                    deadline,
+                    timeout,
                 )
                 .timed_out();
             if timed_out {
