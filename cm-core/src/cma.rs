@@ -423,10 +423,15 @@ impl Cma {
     /// attributes librdmacm moves the QP with (cm-spec §5.2).
     ///
     /// # Errors
-    /// `EINVAL` for an unknown id or one whose peer is not known yet (no REQ/REP received).
+    /// `EINVAL` for an unknown id or one whose peer is not known yet (no REQ/REP received);
+    /// `ENXIO` once the id's device was removed.
     pub fn init_qp_attr(&self, id: CmIdHandle) -> Result<QpParams, Error> {
-        if !self.ids.contains_key(&id) {
-            return Err(inval("unknown rdma_cm id"));
+        match self.ids.get(&id) {
+            None => return Err(inval("unknown rdma_cm id")),
+            Some(r) if r.removed => {
+                return Err(Error::new(Errno::ENXIO, "the id's device was removed"))
+            }
+            Some(_) => {}
         }
         self.engine.qp_params(IbCmId(id.0))
     }
