@@ -3,7 +3,7 @@
 //! one lock and the driver's clock, and wakes waiters after every call made through
 //! [`SharedCm::with`].
 
-use crate::api::{CmDevice, CmEvent, EventChannel, RdmaCm};
+use crate::api::{CmDevice, CmEvent, CmIdHandle, EventChannel, RdmaCm};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,8 +68,13 @@ impl<D: CmDevice> SharedCm<D> {
 
     /// `rdma_get_cm_event` on a blocking channel with a timeout (`poll(2)` then get).
     ///
+    /// A thread already waiting here when the channel is destroyed is not woken (Linux:
+    /// `close` on the channel's descriptor does not end a `read` in progress, whose file
+    /// reference keeps the file open); it returns at `timeout` with `EBADF`.
+    ///
     /// # Errors
-    /// `EAGAIN` when nothing arrives within `timeout`; `EINVAL` for an unknown channel.
+    /// `EAGAIN` when nothing arrives within `timeout`; `EBADF` for a destroyed channel
+    /// (librdmacm's `write` on the closed descriptor); `EINVAL` for an unknown channel.
     pub fn wait_event(&self, channel: EventChannel, timeout: Duration) -> Result<CmEvent, Error> {
         let mut g = self.inner.state.lock();
         match self.get(&mut g, channel) {
@@ -99,5 +104,96 @@ impl<D: CmDevice> SharedCm<D> {
             }
             notified.await;
         }
+    }
+}
+
+/// Synchronous ids and `rdma_migrate_id`: the waits librdmacm does inside the call.
+impl<D: CmDevice> SharedCm<D> {
+    /// Runs `step` under the lock until it returns something other than `EAGAIN`, waiting for
+    /// events on `id`'s channel in between; `EAGAIN` when a wait of `timeout` sees none (each
+    /// wait is up to `timeout`: the layer reads no clock).
+    fn until_event<R>(
+        &self,
+        id: CmIdHandle,
+        timeout: Duration,
+        mut step: impl FnMut(&mut RdmaCm, &mut D, SimTime) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let mut g = self.inner.state.lock();
+        loop {
+            let now = (self.inner.clock)();
+            let (cm, dev) = &mut *g;
+            match step(cm, dev, now) {
+                Err(e) if e.errno == Errno::EAGAIN => {}
+                other => return other,
+            }
+            let ch = g.0.channel_of(id);
+            let timed_out = self
+                .inner
+                .cond
+                .wait_while_for(
+                    &mut g,
+                    |st| ch.is_some_and(|c| st.0.pending_events(c) == 0),
+                    timeout,
+                )
+                .timed_out();
+            if timed_out {
+                return Err(Error::new(Errno::EAGAIN, "no CM event within the timeout"));
+            }
+        }
+    }
+
+    /// `ucma_complete` with librdmacm's wait: after a call on a synchronous id returned `Ok`
+    /// ([`RdmaCm::is_sync`]), waits for the id's next event and returns its result
+    /// ([`RdmaCm::complete`]). `Ok` at once for an id that is not synchronous.
+    ///
+    /// # Errors
+    /// The event's result (`ECONNREFUSED` for REJECTED, `ETIMEDOUT` for UNREACHABLE…);
+    /// `EAGAIN` when no event comes within `timeout`; `EINVAL` for an unknown id.
+    pub fn complete(&self, id: CmIdHandle, timeout: Duration) -> Result<(), Error> {
+        self.until_event(id, timeout, |cm, dev, now| cm.complete(dev, now, id))
+    }
+
+    /// `rdma_get_request` on a synchronous listener, waiting for the request
+    /// ([`RdmaCm::get_request`]).
+    ///
+    /// # Errors
+    /// As [`RdmaCm::get_request`]; `EAGAIN` when nothing comes within `timeout`.
+    pub fn get_request(&self, listen: CmIdHandle, timeout: Duration) -> Result<CmIdHandle, Error> {
+        self.until_event(listen, timeout, |cm, dev, now| {
+            cm.get_request(dev, now, listen)
+        })
+    }
+
+    /// `rdma_migrate_id` with librdmacm's wait: migrates ([`RdmaCm::migrate_id`]), then waits
+    /// until every event returned for `id` is acked (by any thread, through
+    /// [`SharedCm::with`]).
+    ///
+    /// # Errors
+    /// As [`RdmaCm::migrate_id`] (nothing migrated then); `EAGAIN` when the acks do not come
+    /// within `timeout` (librdmacm would wait for ever; the id is migrated already).
+    pub fn migrate_id(
+        &self,
+        id: CmIdHandle,
+        channel: Option<EventChannel>,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        let mut g = self.inner.state.lock();
+        g.0.migrate_id(id, channel)?;
+        let timed_out = self
+            .inner
+            .cond
+            .wait_while_for(&mut g, |st| st.0.unacked_events(id) > 0, timeout)
+            .timed_out();
+        drop(g);
+        // The migration may have moved events onto a channel someone waits on.
+        self.inner.cond.notify_all();
+        self.inner.notify.notify_waiters();
+        if timed_out {
+            return Err(Error::new(
+                Errno::EAGAIN,
+                "events of the id still not acked",
+            ));
+        }
+        Ok(())
     }
 }

@@ -30,6 +30,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use verbs_core::{Errno, Error, Gid, GsiEndpoint, SimTime};
 
+mod events;
+mod migrate;
+mod removal;
+
 /// What the kernel keeps of one rdma_cm id (`struct rdma_id_private`, the parts modelled).
 #[derive(Debug, Clone)]
 struct KernelId {
@@ -44,6 +48,13 @@ struct KernelId {
     /// connected".
     has_cm_id: bool,
     listen_id: Option<CmIdHandle>,
+    /// ucma's `ctx->uid` is set: the id was created by the application, or is a passive id it
+    /// accepted (`ucma_accept`). Until then ucma drops the id's events (`ucma_event_handler`:
+    /// "We ignore events for new connections until userspace has set their context").
+    uid_set: bool,
+    /// The device went away under the id (DEVICE_REMOVAL): ucma closed it (`ucma_close_id`),
+    /// every call but destroy returns `ENXIO`.
+    removed: bool,
 }
 
 impl KernelId {
@@ -57,6 +68,8 @@ impl KernelId {
             dst: None,
             has_cm_id: false,
             listen_id: None,
+            uid_set: true,
+            removed: false,
         }
     }
 }
@@ -76,6 +89,8 @@ pub struct Cma {
     next_channel: u32,
     next_seq: u64,
     next_port: u16,
+    /// The device was removed ([`Cma::device_removal`]): no MAD leaves or is taken any more.
+    device_removed: bool,
 }
 
 fn inval(what: &str) -> Error {
@@ -94,6 +109,7 @@ impl Cma {
             next_seq: 1,
             // ephemeral ports as Linux's default ip_local_port_range, start drawn from the seed
             next_port: 32768 + (cfg.seed % 28232) as u16,
+            device_removed: false,
         }
     }
 
@@ -133,6 +149,11 @@ impl Cma {
         self.ids.get(&id).map(|r| (r.src, r.dst))
     }
 
+    /// The listener a passive id was created from; `None` for an active id or an unknown one.
+    pub fn listen_id(&self, id: CmIdHandle) -> Option<CmIdHandle> {
+        self.ids.get(&id).and_then(|r| r.listen_id)
+    }
+
     /// Ids that exist, in handle order.
     pub fn ids(&self) -> Vec<CmIdHandle> {
         self.ids.keys().copied().collect()
@@ -143,10 +164,27 @@ impl Cma {
         self.ids.contains_key(&id)
     }
 
+    /// The id for a ucma command: `EINVAL` for an unknown one, `ENXIO` for one whose device
+    /// went away (`ucma_get_ctx`: `refcount_inc_not_zero` fails once `ucma_close_id` ran).
     fn rec(&mut self, id: CmIdHandle) -> Result<&mut KernelId, Error> {
-        self.ids
-            .get_mut(&id)
-            .ok_or_else(|| inval("unknown rdma_cm id"))
+        match self.ids.get_mut(&id) {
+            None => Err(inval("unknown rdma_cm id")),
+            Some(r) if r.removed => Err(Error::new(
+                Errno::ENXIO,
+                "the id's device was removed (only rdma_destroy_id is left)",
+            )),
+            Some(r) => Ok(r),
+        }
+    }
+
+    /// `EBADF` for a destroyed channel (its descriptor is closed), `EINVAL` for one never
+    /// made.
+    fn bad_channel(&self, ch: EventChannel) -> Error {
+        if ch.0 < self.next_channel {
+            Error::new(Errno::EBADF, "event channel destroyed (descriptor closed)")
+        } else {
+            inval("unknown event channel")
+        }
     }
 
     /// `rdma_create_event_channel` (opening `/dev/infiniband/rdma_cm`).
@@ -160,10 +198,11 @@ impl Cma {
     /// `rdma_destroy_event_channel`.
     ///
     /// # Errors
-    /// `EBUSY` while an id still reports to it; `EINVAL` for an unknown channel.
+    /// `EBUSY` while an id still reports to it; `EBADF` for a channel destroyed already,
+    /// `EINVAL` for one never made.
     pub fn destroy_event_channel(&mut self, ch: EventChannel) -> Result<(), Error> {
         if !self.channels.contains_key(&ch) {
-            return Err(inval("unknown event channel"));
+            return Err(self.bad_channel(ch));
         }
         if self.ids.values().any(|r| r.channel == ch) {
             return Err(Error::new(Errno::EBUSY, "event channel still has ids"));
@@ -175,14 +214,14 @@ impl Cma {
     /// ucma CREATE_ID: a new id in IDLE reporting to `channel`.
     ///
     /// # Errors
-    /// `EINVAL` for an unknown channel.
+    /// `EBADF` for a destroyed channel, `EINVAL` for one never made.
     pub fn create_id(
         &mut self,
         channel: EventChannel,
         ps: RdmaPortSpace,
     ) -> Result<CmIdHandle, Error> {
         if !self.channels.contains_key(&channel) {
-            return Err(inval("unknown event channel"));
+            return Err(self.bad_channel(channel));
         }
         let id = CmIdHandle(self.engine.create_id().0);
         self.ids.insert(id, KernelId::new(channel, ps));
@@ -190,6 +229,7 @@ impl Cma {
     }
 
     fn local_addr(&mut self, want: Option<SocketAddr>) -> Result<SocketAddr, Error> {
+        self.device_present(want)?;
         let local_ip = self.local_gid.to_ip();
         let ip = match want.map(|a| a.ip()) {
             None => local_ip,
@@ -225,7 +265,11 @@ impl Cma {
         let ps = self.rec(id)?.ps;
         if addr.port() != 0
             && self.ids.values().any(|r| {
-                r.ps == ps && r.dst.is_none() && r.src.map(|s| s.port()) == Some(addr.port())
+                // A removed id's port is free: ucma_close_id destroyed its cm_id.
+                r.ps == ps
+                    && !r.removed
+                    && r.dst.is_none()
+                    && r.src.map(|s| s.port()) == Some(addr.port())
             })
         {
             return Err(Error::new(Errno::EADDRINUSE, "port already bound"));
@@ -379,10 +423,15 @@ impl Cma {
     /// attributes librdmacm moves the QP with (cm-spec §5.2).
     ///
     /// # Errors
-    /// `EINVAL` for an unknown id or one whose peer is not known yet (no REQ/REP received).
+    /// `EINVAL` for an unknown id or one whose peer is not known yet (no REQ/REP received);
+    /// `ENXIO` once the id's device was removed.
     pub fn init_qp_attr(&self, id: CmIdHandle) -> Result<QpParams, Error> {
-        if !self.ids.contains_key(&id) {
-            return Err(inval("unknown rdma_cm id"));
+        match self.ids.get(&id) {
+            None => return Err(inval("unknown rdma_cm id")),
+            Some(r) if r.removed => {
+                return Err(Error::new(Errno::ENXIO, "the id's device was removed"))
+            }
+            Some(_) => {}
         }
         self.engine.qp_params(IbCmId(id.0))
     }
@@ -426,6 +475,10 @@ impl Cma {
             }
             _ => Err(inval("rdma_accept: nothing to accept")),
         };
+        if res.is_ok() {
+            // ucma_accept: "The uid must be set atomically with the handler".
+            self.rec(id)?.uid_set = true;
+        }
         self.flush(gsi, now);
         res
     }
@@ -526,7 +579,11 @@ impl Cma {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
-        let channel = self.rec(id)?.channel;
+        let channel = self
+            .ids
+            .get(&id)
+            .ok_or_else(|| inval("unknown rdma_cm id"))?
+            .channel;
         let unread_children: Vec<CmIdHandle> = self
             .channels
             .get(&channel)
@@ -567,8 +624,12 @@ impl Cma {
     /// CONNECT_REQUEST frees its listener's backlog slot (cm-spec §4.6).
     ///
     /// # Errors
-    /// `EAGAIN` when the channel is empty; `EINVAL` for an unknown channel.
+    /// `EAGAIN` when the channel is empty; `EBADF` for a destroyed channel (librdmacm's
+    /// `write` on the closed descriptor), `EINVAL` for one never made.
     pub fn get_event(&mut self, channel: EventChannel) -> Result<CmEvent, Error> {
+        if !self.channels.contains_key(&channel) {
+            return Err(self.bad_channel(channel));
+        }
         let q = self
             .channels
             .get_mut(&channel)
@@ -596,6 +657,9 @@ impl Cma {
         src: Gid,
         mad: &[u8],
     ) {
+        if self.device_removed {
+            return;
+        }
         self.engine.handle_datagram(now, src, mad);
         self.flush(gsi, now);
     }
@@ -603,6 +667,9 @@ impl Cma {
     /// Takes every MAD waiting on the GSI endpoint and processes it.
     pub fn poll_gsi(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
         while let Some(d) = gsi.gsi_recv() {
+            if self.device_removed {
+                continue;
+            }
             self.engine.handle_datagram(now, d.peer, &d.mad);
             self.flush(gsi, now);
         }
@@ -610,6 +677,9 @@ impl Cma {
 
     /// Runs the CM timers due at `now`.
     pub fn handle_timeout(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
+        if self.device_removed {
+            return;
+        }
         self.engine.handle_timeout(now);
         self.flush(gsi, now);
     }
@@ -617,162 +687,5 @@ impl Cma {
     /// The next time [`Cma::handle_timeout`] has work, if any.
     pub fn poll_timeout(&self) -> Option<SimTime> {
         self.engine.poll_timeout()
-    }
-
-    /// Sends the engine's MADs through the GSI endpoint and turns its events into rdma_cm
-    /// events, until both queues are empty.
-    fn flush(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
-        loop {
-            while let Some((dst, mad)) = self.engine.poll_transmit() {
-                // UD is unreliable: a send error is a lost datagram; the CM retries.
-                let _ = gsi.gsi_send(dst, &mad);
-            }
-            match self.engine.poll_event() {
-                Some(ev) => self.on_engine_event(now, ev),
-                None => break,
-            }
-        }
-    }
-
-    /// `cma_ib_handler` for an id without a kernel QP (cm-spec §4.2).
-    fn on_engine_event(&mut self, now: SimTime, ev: IbCmEvent) {
-        use CmEventType as E;
-        let id = CmIdHandle(ev.id.0);
-        let none = ConnEventParam::default;
-        let (event, status, param) = match ev.kind {
-            IbCmEventKind::ReqReceived(info) => return self.on_req_received(now, ev.id, info),
-            IbCmEventKind::RepReceived(info) => {
-                let param = ConnEventParam {
-                    private_data: info.private_data,
-                    responder_resources: info.responder_resources,
-                    initiator_depth: info.initiator_depth,
-                    rnr_retry_count: info.rnr_retry_count,
-                    srq: info.srq,
-                    qp_num: info.remote_qpn,
-                    ..ConnEventParam::default()
-                };
-                (E::ConnectResponse, 0, param)
-            }
-            IbCmEventKind::RtuReceived(_) | IbCmEventKind::UserEstablished => {
-                (E::Established, 0, none())
-            }
-            IbCmEventKind::ReqError | IbCmEventKind::RepError => {
-                (E::Unreachable, -Errno::ETIMEDOUT.code(), none())
-            }
-            IbCmEventKind::DreqError => (E::Disconnected, -Errno::ETIMEDOUT.code(), none()),
-            IbCmEventKind::DreqReceived(pd) | IbCmEventKind::DrepReceived(pd) => {
-                let param = ConnEventParam {
-                    private_data: pd,
-                    ..ConnEventParam::default()
-                };
-                (E::Disconnected, 0, param)
-            }
-            IbCmEventKind::TimewaitExit => (E::TimewaitExit, 0, none()),
-            IbCmEventKind::MraReceived => return,
-            IbCmEventKind::RejReceived {
-                reason,
-                private_data,
-                ..
-            } => {
-                let param = ConnEventParam {
-                    private_data,
-                    ..ConnEventParam::default()
-                };
-                (E::Rejected, i32::from(reason), param)
-            }
-        };
-        self.deliver(id, event, status, None, param);
-    }
-
-    fn on_req_received(&mut self, now: SimTime, ib: IbCmId, info: ReqInfo) {
-        let listen = CmIdHandle(info.listen_id.0);
-        let listener = self
-            .ids
-            .get(&listen)
-            .filter(|r| r.state == RdmaCmState::Listen)
-            .map(|r| (r.channel, r.ps));
-        // cma_save_ip_info: a REQ without a valid IP-CM header is refused (REJ 28 via
-        // destroy, cm-spec §2.10).
-        let hdr = IpCmHeader::split(&info.private_data);
-        let (Some((channel, ps)), Ok((hdr, user))) = (listener, hdr) else {
-            self.engine.release_backlog(info.listen_id);
-            self.engine.destroy_id(now, ib);
-            return;
-        };
-        let port = parse_ip_service_id(info.service_id).map_or(0, |(_, p)| p);
-        let id = CmIdHandle(ib.0);
-        let mut rec = KernelId::new(channel, ps);
-        rec.state = RdmaCmState::Connect;
-        rec.bound = true;
-        rec.has_cm_id = true;
-        rec.src = Some(SocketAddr::new(hdr.dst_addr, port));
-        rec.dst = Some(SocketAddr::new(hdr.src_addr, hdr.src_port));
-        rec.listen_id = Some(listen);
-        self.ids.insert(id, rec);
-        let param = ConnEventParam {
-            private_data: user.to_vec(),
-            responder_resources: info.responder_resources,
-            initiator_depth: info.initiator_depth,
-            retry_count: info.retry_count,
-            rnr_retry_count: info.rnr_retry_count,
-            srq: info.srq,
-            qp_num: info.remote_qpn,
-        };
-        self.deliver(id, CmEventType::ConnectRequest, 0, Some(listen), param);
-    }
-
-    /// Whether `event` may be raised for `id` now (the cm-spec §4.2 gate).
-    fn gate(&self, id: CmIdHandle, event: CmEventType) -> bool {
-        use CmEventType as E;
-        use RdmaCmState as S;
-        let Some(r) = self.ids.get(&id) else {
-            return false;
-        };
-        match event {
-            E::AddrResolved | E::AddrError => r.state == S::AddrQuery,
-            E::RouteResolved | E::RouteError => r.state == S::RouteQuery,
-            E::TimewaitExit => r.state == S::Disconnect,
-            _ => r.state == S::Connect,
-        }
-    }
-
-    /// The one path by which events reach a channel. Applies the gate and the state change the
-    /// event implies (ADDR_QUERY → ADDR_RESOLVED, ROUTE_QUERY → ROUTE_RESOLVED, the atomic
-    /// CONNECT → DISCONNECT swap of DISCONNECTED), so DISCONNECTED is raised at most once per
-    /// id.
-    fn deliver(
-        &mut self,
-        id: CmIdHandle,
-        event: CmEventType,
-        status: i32,
-        listen_id: Option<CmIdHandle>,
-        param: ConnEventParam,
-    ) {
-        use CmEventType as E;
-        if !self.gate(id, event) {
-            return;
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let Some(r) = self.ids.get_mut(&id) else {
-            return;
-        };
-        match event {
-            E::AddrResolved => r.state = RdmaCmState::AddrResolved,
-            E::RouteResolved => r.state = RdmaCmState::RouteResolved,
-            E::Disconnected => r.state = RdmaCmState::Disconnect,
-            _ => {}
-        }
-        let ev = CmEvent {
-            event,
-            id,
-            listen_id,
-            status,
-            param,
-            seq,
-        };
-        if let Some(q) = self.channels.get_mut(&r.channel) {
-            q.push_back(ev);
-        }
     }
 }

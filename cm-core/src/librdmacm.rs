@@ -28,6 +28,9 @@
 //! [`RdmaCm::get_cm_event`] (non-blocking, `EAGAIN` when empty) and must be acked with
 //! [`RdmaCm::ack_cm_event`]. The blocking and async waits are in [`crate::blocking`].
 
+mod removal;
+mod sync;
+
 use crate::cma::Cma;
 use crate::engine::{CmConfig, CmCounters, CmEngine, IbCmState, QpAction};
 use crate::shared::{
@@ -48,6 +51,12 @@ struct UserId {
     unacked: BTreeMap<u64, CmEventType>,
     /// CONNECT_ERROR was reported: later REJECTED/DISCONNECTED are swallowed.
     connect_error: bool,
+    /// `id_priv->sync`: a synchronous id (made with a NULL channel) on a private channel;
+    /// its calls complete through `ucma_complete` ([`RdmaCm::complete`]).
+    sync: bool,
+    /// `id->event`: the event the last synchronous call returned, acked by the next one or
+    /// by `rdma_destroy_id`.
+    event: Option<CmEvent>,
 }
 
 /// The rdma_cm of one host/device, as an application linked with librdmacm sees it. See the
@@ -299,7 +308,7 @@ impl RdmaCm {
     ///
     /// # Errors
     /// `EINVAL` unless the id is in CONNECT with a REQ/REP to answer, or for private data over
-    /// 196 bytes (nothing touched); a QP transition's error (returned as is, nothing sent: the
+    /// 196 bytes (nothing touched); `ENXIO` once the id's device was removed; a QP transition's error (returned as is, nothing sent: the
     /// QP stays where the failed step left it, as with librdmacm); the kernel's error (the QP
     /// is then moved to ERR, `ucma_modify_qp_err`).
     pub fn accept(
@@ -309,8 +318,13 @@ impl RdmaCm {
         id: CmIdHandle,
         param: &ConnParam,
     ) -> Result<(), Error> {
-        if self.cma.state(id) != Some(RdmaCmState::Connect) {
-            return Err(inval("rdma_accept: id not in CONNECT"));
+        match self.cma.state(id) {
+            Some(RdmaCmState::Connect) => {}
+            // librdmacm's first kernel call (INIT_QP_ATTR or ACCEPT) meets the closed id.
+            Some(RdmaCmState::DeviceRemoval) => {
+                return Err(Error::new(Errno::ENXIO, "the id's device was removed"))
+            }
+            _ => return Err(inval("rdma_accept: id not in CONNECT")),
         }
         match self.cma.ib_cm_state(id) {
             Some(IbCmState::ReqRcvd | IbCmState::MraReqSent) => {
@@ -361,8 +375,9 @@ impl RdmaCm {
     ///
     /// # Errors
     /// `EINVAL` for an unknown id, for an active id that has a QP (`rdma_establish`'s rule),
-    /// or unless the IB CM id is in REP_RCVD/MRA_REP_SENT (active) or REP_SENT/MRA_REP_RCVD
-    /// (passive).
+    /// or unless the IB CM id is in REP_RCVD/MRA_REP_SENT (active, also on a second call) or
+    /// REP_SENT/MRA_REP_RCVD (passive); `EISCONN` for a passive id ESTABLISHED already (the
+    /// `rdma_notify` rule, [`RdmaCm::notify`]); `ENXIO` once the id's device was removed.
     pub fn establish(
         &mut self,
         dev: &mut dyn CmDevice,
@@ -376,8 +391,34 @@ impl RdmaCm {
                 }
                 self.cma.accept(dev, now, id, &ConnParam::default(), 0)
             }
+            // rdma_establish on an active id with no CONNECT_RESPONSE to answer: the kernel's
+            // `rdma_accept` → `cma_rep_recv` → `ib_send_cm_rtu` refuses (EINVAL) outside
+            // REP_RCVD/MRA_REP_SENT, also on a second call once ESTABLISHED.
+            Some(_) if self.cma.listen_id(id).is_none() => {
+                self.cma
+                    .state(id)
+                    .ok_or_else(|| inval("unknown rdma_cm id"))?;
+                Err(inval("rdma_establish: no CONNECT_RESPONSE to answer"))
+            }
             _ => self.cma.notify(dev, now, id),
         }
+    }
+
+    /// `rdma_notify(id, IBV_EVENT_COMM_EST)` (ucma NOTIFY → `ib_cm_notify` → `cm_establish`):
+    /// a passive id in REP_SENT/MRA_REP_RCVD saw data before the RTU and becomes ESTABLISHED
+    /// (cm-spec §4.3).
+    ///
+    /// # Errors
+    /// `EISCONN` when the connection is ESTABLISHED already (a second call, or after the RTU);
+    /// `EINVAL` in any other IB CM state or for an unknown id; `ENXIO` for an id whose device
+    /// was removed.
+    pub fn notify(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        id: CmIdHandle,
+    ) -> Result<(), Error> {
+        self.cma.notify(dev, now, id)
     }
 
     /// `rdma_disconnect`, exactly as cm-spec §4.4: the attached QP goes to ERR first (so the
@@ -421,6 +462,12 @@ impl RdmaCm {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
+        // librdmacm acks `id->event` (a synchronous call's event) itself.
+        if let Some(ev) = self.user(id)?.event.take() {
+            let _ = self.ack_cm_event(ev);
+        }
+        let u = self.user(id)?;
+        let private = u.sync.then(|| self.cma.channel_of(id)).flatten();
         let u = self.user(id)?;
         if let Some((_, ev)) = u.unacked.iter().next() {
             tracing::warn!(
@@ -443,6 +490,10 @@ impl RdmaCm {
             self.ids.retain(|i, _| cma.contains(*i));
         } else {
             self.ids.remove(&id);
+        }
+        // ucma_free_id: a synchronous id's private channel goes with it.
+        if let Some(ch) = private {
+            let _ = self.cma.destroy_event_channel(ch);
         }
         Ok(())
     }
@@ -492,6 +543,22 @@ impl RdmaCm {
                 E::Rejected => {
                     // Its error (e.g. a QP in RESET) is ignored, as librdmacm ignores it.
                     let _ = modify(dev, qp, &QpAction::Err);
+                }
+                E::ConnectRequest => {
+                    // ucma_process_conn_req: a synchronous listener's new id is synchronous
+                    // too, on a private channel of its own (`rdma_migrate_id(id, NULL)`).
+                    let sync = ev
+                        .listen_id
+                        .and_then(|l| self.ids.get(&l))
+                        .is_some_and(|l| l.sync);
+                    if sync {
+                        let ch = self.cma.create_event_channel();
+                        if self.cma.migrate_id(ev.id, ch).is_ok() {
+                            self.ids.entry(ev.id).or_default().sync = true;
+                        } else {
+                            let _ = self.cma.destroy_event_channel(ch);
+                        }
+                    }
                 }
                 E::ConnectResponse => {
                     if let Some(qp) = qp {

@@ -21,6 +21,9 @@ pub enum Errno {
     EIO = 5,
     /// No such device or address (6).
     ENXIO = 6,
+    /// Bad file descriptor (9): a call on an rdma_cm event channel already destroyed (its
+    /// descriptor closed, librdmacm `rdma_destroy_event_channel`).
+    EBADF = 9,
     /// Resource temporarily unavailable (11): a non-blocking get found nothing.
     EAGAIN = 11,
     /// Out of memory (12): a queue is full (`ibv_post_send` beyond `max_send_wr`).
@@ -57,6 +60,9 @@ pub enum Errno {
     ENETUNREACH = 101,
     /// Connection reset (104).
     ECONNRESET = 104,
+    /// Already connected (106): `rdma_notify(IBV_EVENT_COMM_EST)` on a connection that is
+    /// ESTABLISHED already (Linux `cm_establish`).
+    EISCONN = 106,
     /// Connection timed out (110): CM retries exhausted (`status = -110`).
     ETIMEDOUT = 110,
     /// Connection refused (111): the peer rejected the connection.
@@ -77,6 +83,7 @@ impl Errno {
             2 => Errno::ENOENT,
             5 => Errno::EIO,
             6 => Errno::ENXIO,
+            9 => Errno::EBADF,
             11 => Errno::EAGAIN,
             12 => Errno::ENOMEM,
             13 => Errno::EACCES,
@@ -95,6 +102,7 @@ impl Errno {
             99 => Errno::EADDRNOTAVAIL,
             101 => Errno::ENETUNREACH,
             104 => Errno::ECONNRESET,
+            106 => Errno::EISCONN,
             110 => Errno::ETIMEDOUT,
             111 => Errno::ECONNREFUSED,
             _ => return None,
@@ -108,6 +116,7 @@ impl Errno {
             Errno::ENOENT => "ENOENT",
             Errno::EIO => "EIO",
             Errno::ENXIO => "ENXIO",
+            Errno::EBADF => "EBADF",
             Errno::EAGAIN => "EAGAIN",
             Errno::ENOMEM => "ENOMEM",
             Errno::EACCES => "EACCES",
@@ -126,6 +135,7 @@ impl Errno {
             Errno::EADDRNOTAVAIL => "EADDRNOTAVAIL",
             Errno::ENETUNREACH => "ENETUNREACH",
             Errno::ECONNRESET => "ECONNRESET",
+            Errno::EISCONN => "EISCONN",
             Errno::ETIMEDOUT => "ETIMEDOUT",
             Errno::ECONNREFUSED => "ECONNREFUSED",
         }

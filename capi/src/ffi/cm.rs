@@ -555,13 +555,34 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// `rdma_migrate_id(id, channel)`: the id and its unread events move to `channel`, then the
+/// call waits until every event returned for the id is acked, as librdmacm does. A NULL
+/// `channel` (making the id synchronous) is not supported (no synchronous ids here).
 #[no_mangle]
 pub unsafe extern "C" fn rdma_migrate_id(
-    _id: *mut rdma_cm_id,
-    _channel: *mut rdma_event_channel,
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
 ) -> c_int {
     guard("rdma_migrate_id", -1, || {
-        fail(unsupported("rdma_migrate_id"))
+        let (Ok(r), false) = (rt(), id.is_null()) else {
+            return fail(libc::EINVAL);
+        };
+        if channel.is_null() {
+            return fail(unsupported(
+                "rdma_migrate_id to a synchronous channel (NULL)",
+            ));
+        }
+        // SAFETY: `id` is an id of this library, `channel` came from
+        // `rdma_create_event_channel`.
+        let (h, ch) = unsafe { (idbox(id).handle, (*channel.cast::<ChannelBox>()).handle) };
+        let res = r.with(|n, _| n.split().0.migrate_id(h, Some(ch)));
+        if let Err(e) = res {
+            return fail(errno_of(&e));
+        }
+        // SAFETY: as above.
+        unsafe { (*id).channel = channel };
+        r.wait_for_acks(|| r.with_quiet(|n, _| n.cm().unacked_events(h) == 0));
+        0
     })
 }
 
@@ -571,8 +592,13 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int
         if event != IBV_EVENT_COMM_EST as c_int {
             return 0; // librdmacm ignores every other event
         }
-        // SAFETY: forwarding the caller's id (rdma_establish guards itself).
-        unsafe { rdma_establish(id) }
+        // SAFETY: `id` is an id of this library.
+        unsafe {
+            id_call("rdma_notify", id, true, |n, now, h| {
+                let (cm, dev) = n.split();
+                cm.notify(dev, now, h)
+            })
+        }
     })
 }
 

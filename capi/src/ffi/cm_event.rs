@@ -28,8 +28,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         let (ch, fd) = unsafe { ((*cb).handle, Arc::clone(&(*cb).fd)) };
         loop {
             if !r.with_quiet(|n, _| n.cm_signals.contains_key(&ch)) {
-                // Destroyed (see `rdma_destroy_event_channel`): sleep for good, as a reader of
-                // the kernel's channel does once it is closed under it.
+                // Destroyed while this thread waited (see `rdma_destroy_event_channel`): sleep
+                // for good, as a reader of the kernel's channel does once it is closed under
+                // it (its `read` holds the file, so the close neither ends nor wakes it).
                 loop {
                     std::thread::park();
                 }

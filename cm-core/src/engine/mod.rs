@@ -426,6 +426,7 @@ macro_rules! conn_mut {
 // which they use).
 mod deadlines;
 mod receive;
+mod removal;
 mod send;
 
 use deadlines::TimerIndex;

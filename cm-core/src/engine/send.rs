@@ -252,9 +252,16 @@ impl CmEngine {
     /// USER_ESTABLISHED (data arrived before the RTU, cm-spec §4.3 step 5).
     ///
     /// # Errors
-    /// `EINVAL` in any other state (Linux: -EISCONN when already ESTABLISHED).
+    /// `EISCONN` when already ESTABLISHED; `EINVAL` in any other state (Linux `cm_establish`:
+    /// `case IB_CM_ESTABLISHED: ret = -EISCONN`, `default: ret = -EINVAL`).
     pub fn establish(&mut self, id: IbCmId) -> Result<(), Error> {
         let c = conn_mut!(self, id).ok_or_else(|| no_id(id))?;
+        if c.state == IbCmState::Established {
+            return Err(Error::new(
+                Errno::EISCONN,
+                "establish: the connection is ESTABLISHED already",
+            ));
+        }
         if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
             return Err(wrong_state("establish", c.state));
         }

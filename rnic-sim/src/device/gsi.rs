@@ -13,8 +13,10 @@ impl SimDevice {
     /// no delivery guarantee.
     ///
     /// # Errors
-    /// `EINVAL` when the payload is larger than the port's active MTU.
+    /// `EINVAL` when the payload is larger than the port's active MTU; `EIO` once the device
+    /// was removed.
     pub fn gsi_send(&mut self, dst: Gid, dest_qp: u32, payload: Bytes) -> Result<()> {
+        self.alive()?;
         if payload.len() > self.config().active_mtu.bytes() as usize {
             return Err(Error::inval("GSI datagram larger than the active MTU"));
         }

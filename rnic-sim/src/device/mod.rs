@@ -19,6 +19,7 @@ use verbs_core::{
 mod config;
 mod gsi;
 mod registration;
+mod removal;
 mod srq;
 mod wire;
 
@@ -65,6 +66,9 @@ pub struct SimDevice {
     deadlines: BTreeSet<(SimTime, u32)>,
     /// The deadline each QP has in `deadlines`.
     deadline_of: BTreeMap<u32, SimTime>,
+    /// The device was removed ([`SimDevice::remove`], device/removal.rs): verbs calls return
+    /// `EIO`, nothing is sent or taken.
+    removed: bool,
 }
 
 /// Counts `wcs` off the lingering completions of destroyed QPs.
@@ -122,6 +126,7 @@ impl SimDevice {
             tx_pending: Vec::new(),
             deadlines: BTreeSet::new(),
             deadline_of: BTreeMap::new(),
+            removed: false,
         }
     }
 
@@ -276,6 +281,7 @@ impl Device for SimDevice {
     }
 
     fn query_port(&self, port_num: u8) -> Result<PortAttr> {
+        self.alive()?;
         if port_num != 1 {
             return Err(Error::inval("invalid port number"));
         }
@@ -292,6 +298,7 @@ impl Device for SimDevice {
     }
 
     fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
+        self.alive()?;
         if port_num != 1 || index != 0 {
             return Err(Error::inval("no such GID"));
         }
@@ -299,6 +306,7 @@ impl Device for SimDevice {
     }
 
     fn alloc_pd(&mut self) -> Result<PdHandle> {
+        self.alive()?;
         if self.pds.len() >= self.cfg.max_pd as usize {
             return Err(Error::new(Errno::ENOMEM, "max_pd reached"));
         }
@@ -309,6 +317,7 @@ impl Device for SimDevice {
     }
 
     fn dealloc_pd(&mut self, pd: PdHandle) -> Result<()> {
+        self.alive()?;
         if !self.pds.contains(&pd.0) {
             return Err(Error::inval("unknown PD"));
         }
@@ -326,6 +335,7 @@ impl Device for SimDevice {
     }
 
     fn reg_mr(&mut self, pd: PdHandle, length: usize, access: AccessFlags) -> Result<Mr> {
+        self.alive()?;
         // Device-owned regions start on a page boundary, so the zero-page rule is length 0.
         self.check_reg_mr(pd, length as u64, 0, access)?;
         let (h, addr, lkey, rkey) = self
@@ -343,6 +353,7 @@ impl Device for SimDevice {
     }
 
     fn dereg_mr(&mut self, mr: MrHandle) -> Result<()> {
+        self.alive()?;
         if self.sh.mrs.deregister(mr.0) {
             Ok(())
         } else {
@@ -375,6 +386,7 @@ impl Device for SimDevice {
     }
 
     fn create_cq(&mut self, cqe: u32, channel: Option<&CompChannel>) -> Result<CqHandle> {
+        self.alive()?;
         if cqe == 0 || cqe > self.cfg.max_cqe {
             return Err(Error::inval("cqe 0 or above max_cqe"));
         }
@@ -391,6 +403,7 @@ impl Device for SimDevice {
     }
 
     fn destroy_cq(&mut self, cq: CqHandle) -> Result<()> {
+        self.alive()?;
         if !self.sh.cqs.contains_key(&cq.0) {
             return Err(Error::inval("unknown CQ"));
         }
@@ -404,6 +417,7 @@ impl Device for SimDevice {
     }
 
     fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<()> {
+        self.alive()?;
         let c = self
             .sh
             .cqs
@@ -439,6 +453,7 @@ impl Device for SimDevice {
     }
 
     fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<Qp> {
+        self.alive()?;
         if !self.pds.contains(&pd.0) {
             return Err(Error::inval("unknown PD"));
         }
@@ -483,6 +498,7 @@ impl Device for SimDevice {
     }
 
     fn modify_qp(&mut self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        self.alive()?;
         let (qp_type, cur) = {
             let q = self.qps.get(&qp.0).ok_or_else(qp_handle_err)?;
             (q.init.qp_type, q.state())
@@ -567,6 +583,7 @@ impl Device for SimDevice {
     }
 
     fn query_qp(&self, qp: QpHandle) -> Result<(QpAttr, QpInitAttr)> {
+        self.alive()?;
         let q = self.qps.get(&qp.0).ok_or_else(qp_handle_err)?;
         let mut a = q.attr;
         a.cur_qp_state = a.qp_state;
@@ -577,6 +594,7 @@ impl Device for SimDevice {
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
+        self.alive()?;
         let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
         self.srq_count_user(&q.init, false);
         for cq in [q.init.send_cq, q.init.recv_cq] {
@@ -608,6 +626,8 @@ impl Device for SimDevice {
     }
 
     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr]) -> Result<(), PostError> {
+        self.alive()
+            .map_err(|error| PostError { error, bad_wr: 0 })?;
         let sh = &mut self.sh;
         let q = self.qps.get_mut(&qp.0).ok_or_else(|| PostError {
             error: qp_handle_err(),
@@ -619,6 +639,8 @@ impl Device for SimDevice {
     }
 
     fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.alive()
+            .map_err(|error| PostError { error, bad_wr: 0 })?;
         let sh = &mut self.sh;
         let q = self.qps.get_mut(&qp.0).ok_or_else(|| PostError {
             error: qp_handle_err(),
@@ -630,22 +652,28 @@ impl Device for SimDevice {
     }
 
     fn create_srq(&mut self, pd: PdHandle, init: &SrqInitAttr) -> Result<SrqHandle> {
+        self.alive()?;
         self.srq_create(pd, init)
     }
 
     fn modify_srq(&mut self, srq: SrqHandle, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.alive()?;
         self.srq_modify(srq, attr, mask)
     }
 
     fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr> {
+        self.alive()?;
         self.srq_query(srq)
     }
 
     fn destroy_srq(&mut self, srq: SrqHandle) -> Result<()> {
+        self.alive()?;
         self.srq_destroy(srq)
     }
 
     fn post_srq_recv(&mut self, srq: SrqHandle, wrs: &[RecvWr]) -> Result<(), PostError> {
+        self.alive()
+            .map_err(|error| PostError { error, bad_wr: 0 })?;
         self.srq_post_recv(srq, wrs)
     }
 

@@ -42,6 +42,9 @@ impl SimDevice {
         &mut self,
         now: SimTime,
     ) -> Option<(Transmit, Option<Payload<'_>>)> {
+        if self.removed {
+            return None;
+        }
         if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
             let mut pending = std::mem::take(&mut self.tx_pending);
             pending.sort_unstable();
@@ -123,6 +126,9 @@ impl SimDevice {
 
     /// Handles a packet from `src`. Bad packets are counted in [`Counters`] and dropped.
     pub fn handle_packet(&mut self, now: SimTime, src: Gid, packet: Packet) {
+        if self.removed {
+            return; // a removed device takes nothing from the wire
+        }
         let c = &mut self.sh.counters;
         if !packet.is_consistent() {
             c.malformed += 1;
@@ -184,6 +190,9 @@ impl SimDevice {
 
     /// The earliest deadline of a retransmit or RNR timer, if any is armed.
     pub fn poll_timeout(&self) -> Option<SimTime> {
+        if self.removed {
+            return None;
+        }
         let t = self.deadlines.first().map(|&(t, _)| t);
         #[cfg(test)]
         {
@@ -200,6 +209,9 @@ impl SimDevice {
 
     /// Fires the timers due at `now`, QP by QP in QPN order.
     pub fn handle_timeout(&mut self, now: SimTime) {
+        if self.removed {
+            return;
+        }
         let mut due: Vec<u32> = self
             .deadlines
             .iter()

@@ -114,8 +114,12 @@ impl Srqs {
         panic!("no quiescence");
     }
 
+    /// The receiver's async events but COMM_EST (each QP raises it once on its first
+    /// request; `tests/async_events.rs` covers it).
     fn events(&mut self) -> Vec<AsyncEvent> {
-        std::iter::from_fn(|| self.rx.get_async_event()).collect()
+        std::iter::from_fn(|| self.rx.get_async_event())
+            .filter(|e| e.event_type != AsyncEventType::CommEst)
+            .collect()
     }
 }
 

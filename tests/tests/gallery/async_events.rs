@@ -247,7 +247,7 @@ fn passive_side_whose_rtu_was_lost_gets_comm_est_on_the_first_send_and_rdma_noti
 }
 
 #[test]
-fn comm_est_is_raised_once_per_qp_and_rdma_notify_on_an_established_id_is_einval() {
+fn comm_est_is_raised_once_per_qp_and_rdma_notify_on_an_established_id_is_eisconn() {
     let (mut net, c, s) = connect(false, 64, |_| {});
     net.dev(SERVER)
         .post_recv(s.qp.handle, &[recv(s, 1), recv(s, 2)])
@@ -261,7 +261,7 @@ fn comm_est_is_raised_once_per_qp_and_rdma_notify_on_an_established_id_is_einval
     let (cm, dev) = net.sim.endpoint_mut(SERVER).unwrap().split();
     assert_eq!(
         cm.establish(dev, now, s.id).unwrap_err().errno,
-        verbs_core::Errno::EINVAL
+        verbs_core::Errno::EISCONN
     );
 }
 

@@ -50,7 +50,9 @@
 //! `lost_and_rejected.rs`: lost DREQ/DREP, setup rejections · `choices.rs`: behaviour choices
 //! (TESTING.md), regressions · `srq.rs`: shared receive queues (two devices through the
 //! `Device` trait, no World) · `async_events.rs`: async QP events and error completions (a
-//! `Simulation` of two hosts: the World does not record QP events).
+//! `Simulation` of two hosts: the World does not record QP events) · `cm_calls.rs`: rdma_cm calls
+//! beyond connect/disconnect (`rdma_migrate_id`, synchronous ids, `rdma_notify`), device removal
+//! and address change.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -222,6 +224,7 @@ fn establish_without_rtu(w: &mut World) -> Conn {
 
 mod async_events;
 mod choices;
+mod cm_calls;
 mod destroy;
 mod handshake_and_disconnect_rows;
 mod lost_and_rejected;
