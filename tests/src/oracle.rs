@@ -37,7 +37,8 @@
 use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
 use cm_core::api::CmEventType as E;
 use cm_core::wire::{
-    RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ,
+    RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA,
+    CM_REJ_ATTR_ID as REJ, CM_REP_ATTR_ID as REP_ATTR, CM_REQ_ATTR_ID as REQ_ATTR,
 };
 use rnic_sim::fabric::DropReason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -101,6 +102,8 @@ struct HostState {
     ready: BTreeSet<u32>,
     /// QPNs seen in ERR.
     err: BTreeSet<u32>,
+    /// Local comm IDs an MRA was sent for.
+    mra_tx: BTreeSet<u32>,
     /// The host's send / receive CQ overran (CQ_ERR): its completions may be lost.
     cq_err: [bool; 2],
 }
@@ -116,6 +119,10 @@ struct Checker {
     wrs: BTreeMap<u64, WrState>,
     queues: BTreeMap<QueueKey, (u64, bool)>,
     sometimes: Sometimes,
+    /// WRs outstanding per queue (posted, not completed yet).
+    outstanding: BTreeMap<QueueKey, u32>,
+    /// A targeted fault dropped a REQ, REP or MRA.
+    setup_msg_dropped: bool,
     /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
     /// (cm-spec §4.4 step 2): (host, life, QPN, the call), in history (= time) order.
     must_be_err: VecDeque<(u8, u8, u32, Entry)>,
@@ -168,6 +175,11 @@ impl Checker {
                     self.sometimes.drep_lost = true;
                 }
             }
+            Record::Fault(Fault::TargetedDrop { msg, .. }) => {
+                self.sometimes.targeted_drop = true;
+                self.setup_msg_dropped |= matches!(msg.attr, REQ_ATTR | REP_ATTR | MRA);
+            }
+            Record::Fault(Fault::Delayed { .. }) => self.sometimes.targeted_delay = true,
             Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
             Record::Wire { tx, peer, msg } => {
                 if tx || !self.is_hostile(peer) {
@@ -191,6 +203,11 @@ impl Checker {
             } => {
                 if qp_err {
                     self.sometimes.wr_posted_after_err = true;
+                }
+                let n = self.outstanding.entry((h, ep, qpn, queue)).or_default();
+                *n += 1;
+                if *n > 32 {
+                    self.sometimes.deep_post = true;
                 }
                 self.wrs.insert(
                     wr_id,
@@ -226,6 +243,10 @@ impl Checker {
                 hs.drep_tx.insert(msg.local_comm_id);
             }
             (true, REJ) if msg.reason == 10 => self.sometimes.stale_connection_rej = true,
+            (true, MRA) => {
+                hs.mra_tx.insert(msg.local_comm_id);
+                self.sometimes.mra_sent = true;
+            }
             (false, DREQ) => {
                 let crossed = hs.dreq_tx.contains_key(&msg.remote_comm_id);
                 let in_tw = hs.drep_tx.contains(&msg.remote_comm_id);
@@ -254,7 +275,7 @@ impl Checker {
         comm_id: u32,
         timewait_ns: u64,
     ) {
-        let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd) = {
+        let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd, mra_sent) = {
             let hs = self.host(e.host);
             (
                 hs.rx.get(&(comm_id, DREQ)).copied(),
@@ -262,8 +283,12 @@ impl Checker {
                 hs.dreq_tx.get(&comm_id).copied().unwrap_or(0),
                 hs.max_cm_retries,
                 hs.rej_timeout_rx || hs.rej_rx.contains(&comm_id),
+                comm_id != 0 && hs.mra_tx.contains(&comm_id),
             )
         };
+        if event == E::Unreachable && status == -110 && self.setup_msg_dropped {
+            self.sometimes.cm_retries_exhausted_by_targeted_drop = true;
+        }
         let id = self.ids.entry(key).or_default();
         if comm_id != 0 {
             id.comm_id = comm_id;
@@ -288,6 +313,7 @@ impl Checker {
                 if id.disconnected > 0 {
                     v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
                 }
+                self.sometimes.mra_then_established |= mra_sent;
                 id.established = true;
             }
             E::Disconnected => {
@@ -462,6 +488,9 @@ impl Checker {
     ) {
         let key = (e.host, e.epoch, qpn, queue);
         let seen_err = self.host(e.host).err.contains(&qpn);
+        if let Some(n) = self.outstanding.get_mut(&key) {
+            *n = n.saturating_sub(1);
+        }
         let mut v: Vec<(Invariant, String)> = Vec::new();
         match self.wrs.get_mut(&wr_id) {
             None => v.push((

@@ -18,11 +18,28 @@ pub struct Sometimes {
     pub disconnect_during_setup: bool,
     /// A REJ with reason 10 (stale connection) was sent.
     pub stale_connection_rej: bool,
+    /// A host sent an MRA (its application had not answered a CONNECT_REQUEST when the REQ
+    /// came again: the delayed MRA of cm-spec §4.2).
+    pub mra_sent: bool,
+    /// An id got ESTABLISHED after its host had sent an MRA for it.
+    pub mra_then_established: bool,
+    /// A targeted fault dropped a message ([`Fault::TargetedDrop`](crate::world::Fault)).
+    pub targeted_drop: bool,
+    /// A targeted fault held a message back ([`Fault::Delayed`](crate::world::Fault)).
+    pub targeted_delay: bool,
+    /// An UNREACHABLE with status −110 (REQ or REP retries ran out) after a targeted fault
+    /// dropped a REQ, REP or MRA.
+    pub cm_retries_exhausted_by_targeted_drop: bool,
+    /// More than 32 WRs (the World's former slot count) were outstanding on one queue.
+    pub deep_post: bool,
 }
 
 impl Sometimes {
+    /// The number of situations.
+    pub const COUNT: usize = 13;
+
     /// The snake_case names, in field order.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; Self::COUNT] = [
         "dreqs_crossed",
         "dreq_retries_exhausted",
         "drep_lost",
@@ -30,10 +47,16 @@ impl Sometimes {
         "wr_posted_after_err",
         "disconnect_during_setup",
         "stale_connection_rej",
+        "mra_sent",
+        "mra_then_established",
+        "targeted_drop",
+        "targeted_delay",
+        "cm_retries_exhausted_by_targeted_drop",
+        "deep_post",
     ];
 
     /// The flags, in field order.
-    pub fn flags(&self) -> [bool; 7] {
+    pub fn flags(&self) -> [bool; Self::COUNT] {
         [
             self.dreqs_crossed,
             self.dreq_retries_exhausted,
@@ -42,6 +65,12 @@ impl Sometimes {
             self.wr_posted_after_err,
             self.disconnect_during_setup,
             self.stale_connection_rej,
+            self.mra_sent,
+            self.mra_then_established,
+            self.targeted_drop,
+            self.targeted_delay,
+            self.cm_retries_exhausted_by_targeted_drop,
+            self.deep_post,
         ]
     }
 }

@@ -2,14 +2,13 @@
 //! from a seed's workload stream.
 
 use super::{
-    Action, Faults, Hostile, PartitionSpec, Scenario, Script, Step, Trigger, HOSTILE_SHARE, MS,
-    US,
+    Action, Faults, Hostile, PartitionSpec, Scenario, Script, Step, Trigger, HOSTILE_SHARE, MS, US,
 };
 use crate::world::{EventMode, Op};
 use cm_core::api::CmEventType;
 use rnic_sim::rng::Rng;
 
-fn pick<T: Copy>(rng: &mut Rng, choices: &[(u32, T)]) -> T {
+pub(super) fn pick<T: Copy>(rng: &mut Rng, choices: &[(u32, T)]) -> T {
     let total: u32 = choices.iter().map(|c| c.0).sum();
     let mut x = rng.below(u64::from(total)) as u32;
     for &(w, v) in choices {
@@ -225,6 +224,7 @@ impl Scenario {
         let hostile = rng
             .chance(HOSTILE_SHARE)
             .then(|| Hostile::generate(rng, unit));
+        let knobs = super::knobs::draw(rng, unit, fast_timers, &mut a, &mut p);
         Scenario {
             seed,
             hosts: vec![
@@ -248,6 +248,8 @@ impl Scenario {
             fast_timers,
             rnr_retry,
             hostile,
+            host_cm: knobs.host_cm,
+            msg_faults: knobs.msg_faults,
         }
     }
 }

@@ -17,7 +17,7 @@
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
-use crate::world::{EventMode, Op, World};
+use crate::world::{attr_name, EventMode, HostCm, MsgAction, MsgFault, Occurrence, Op, World};
 use cm_core::api::CmEventType;
 use rnic_sim::fabric::{Delay, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_sim::rng::Rng;
@@ -26,11 +26,15 @@ use verbs_core::SimTime;
 
 mod generate;
 mod hostile;
+mod knobs;
 mod replay;
 mod runner;
+use generate::pick;
 pub use hostile::{Attack, CmKind, Forgery, Hostile};
+pub use knobs::{DEEP_POST_SHARE, HOST_CM_SHARE, LATE_ACCEPT_SHARE, MSG_FAULT_SHARE};
 pub use replay::{replay_seed, Replay};
 pub use runner::run;
+use runner::Runner;
 
 /// 1 µs in ns.
 const US: u64 = 1_000;
@@ -51,6 +55,10 @@ pub enum Trigger {
     OnEvent(CmEventType),
     /// Once the host's application polled this many completions (this life).
     AfterCompletions(u32),
+    /// `ns` after [`OnEvent`](Self::OnEvent) would have held (e.g. an application that
+    /// accepts a CONNECT_REQUEST late, which draws an MRA if the active side resends its REQ
+    /// meanwhile: cm-spec §4.2).
+    OnEventAfter(CmEventType, u64),
 }
 
 /// What a step does. Steps that need a connection do nothing without one.
@@ -198,6 +206,10 @@ pub struct Scenario {
     pub rnr_retry: u8,
     /// A hostile host after the scripted ones (host `hosts.len()`), if any.
     pub hostile: Option<Hostile>,
+    /// Per-host CM timer overrides (see [`WorldConfig::host_cm`](crate::world::WorldConfig)).
+    pub host_cm: Vec<HostCm>,
+    /// Targeted message faults (see [`MsgFault`]); removed at the heal.
+    pub msg_faults: Vec<MsgFault>,
 }
 
 impl Scenario {
@@ -228,6 +240,26 @@ impl Scenario {
             for st in &sc.steps {
                 let _ = write!(s, " {:?}@{:?}", st.action, st.when);
             }
+        }
+        for (h, c) in self.host_cm.iter().enumerate() {
+            if *c != HostCm::default() {
+                let _ = write!(
+                    s,
+                    " | h{h} cm(retries={:?},resp={:?},plt={:?})",
+                    c.max_cm_retries, c.cm_response_timeout, c.packet_life_time
+                );
+            }
+        }
+        for f in &self.msg_faults {
+            let which = match f.which {
+                Occurrence::Nth(n) => format!("#{n}"),
+                Occurrence::Every => "every".into(),
+            };
+            let what = match f.action {
+                MsgAction::Drop => "drop".into(),
+                MsgAction::Delay { ns } => format!("delay {}us", ns / US),
+            };
+            let _ = write!(s, " | {what} {which} {} of h{}", attr_name(f.attr), f.from);
         }
         if let Some(x) = &self.hostile {
             let _ = write!(s, " | h{} hostile:{}", self.hosts.len(), x.describe());

@@ -1,24 +1,44 @@
 //! The runner: [`run`] drives a [`Scenario`]'s scripts on a [`World`] through its three phases
 //! (scenario, liveness, teardown).
 
+use super::Action;
 use super::Scenario;
 use super::Trigger;
-use super::Action;
-use crate::world::{End, Op, Record, World, WorldConfig};
+use crate::world::{End, Op, Record, World, WorldConfig, SLOTS};
 use cm_core::api::{CmEventType, CmIdHandle};
 use cm_core::engine::IbCmId;
 use verbs_core::{Gid, SimTime};
 
 /// Per host: where its script is and what its application knows.
 #[derive(Debug, Default, Clone)]
-struct Runner {
-    next: usize,
-    epoch: u8,
-    conn: Option<End>,
-    request: Option<CmIdHandle>,
+pub(super) struct Runner {
+    pub(super) next: usize,
+    pub(super) epoch: u8,
+    pub(super) conn: Option<End>,
+    pub(super) request: Option<CmIdHandle>,
     /// Bit `t` set: the connection had an event of type `t`.
-    seen: u32,
-    completions: u32,
+    pub(super) seen: u32,
+    /// When each bit of `seen` was first set (virtual ns).
+    pub(super) seen_at: [u64; 32],
+    pub(super) completions: u32,
+}
+
+/// Whether a step of `scenario` posts more WRs than the base layout has slots.
+fn deep(scenario: &Scenario) -> bool {
+    scenario.hosts.iter().flat_map(|s| &s.steps).any(|st| {
+        matches!(st.action, Action::Post { n, .. } | Action::PostRecv { n } if u64::from(n) > SLOTS)
+    })
+}
+
+impl Runner {
+    /// Notes that the host's connection (or any id, for CONNECT_REQUEST) had `event` at `at`.
+    fn see(&mut self, event: CmEventType, at: SimTime) {
+        let bit = 1 << event as u32;
+        if self.seen & bit == 0 {
+            self.seen_at[event as usize & 31] = at.as_nanos();
+        }
+        self.seen |= bit;
+    }
 }
 
 /// Runs `scenario`; returns the World after the teardown (history complete, quiescent or not).
@@ -35,6 +55,11 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
         capture,
         rnr_retry: scenario.rnr_retry,
         cq_entries: 1024,
+        host_cm: scenario.host_cm.clone(),
+        msg_faults: scenario.msg_faults.clone(),
+        qp_depth: 64,
+        // Room for a deep post (more than the 32 slots of the base layout).
+        wr_slots: if deep(scenario) { 64 } else { SLOTS as u32 },
     };
     let mut w = World::new(cfg)?;
     for (h, s) in scenario.hosts.iter().enumerate() {
@@ -72,6 +97,9 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
             .zip(&scenario.hosts)
             .filter_map(|(r, s)| match s.steps.get(r.next)?.when {
                 Trigger::At(t) => Some(SimTime(t)),
+                Trigger::OnEventAfter(ev, ns) if r.seen & (1 << ev as u32) != 0 => {
+                    Some(SimTime(r.seen_at[ev as usize & 31].saturating_add(ns)))
+                }
                 _ => None,
             })
             .chain((!healed).then_some(heal_at))
@@ -113,9 +141,9 @@ fn learn(w: &World, rs: &mut [Runner], cursor: usize, attacker: Option<usize>) -
                         continue;
                     }
                     r.request = Some(CmIdHandle(id));
-                    r.seen |= 1 << event as u32;
+                    r.see(event, e.at);
                 } else if r.conn.is_some_and(|c| c.id.0 == id) {
-                    r.seen |= 1 << event as u32;
+                    r.see(event, e.at);
                 }
             }
             Record::Completion { .. } => r.completions += 1,
@@ -151,6 +179,10 @@ fn drive(w: &mut World, scenario: &Scenario, rs: &mut [Runner], h: usize) -> boo
         Trigger::At(t) => w.now() >= SimTime(t),
         Trigger::OnEvent(ev) => r.seen & (1 << ev as u32) != 0,
         Trigger::AfterCompletions(n) => r.completions >= n,
+        Trigger::OnEventAfter(ev, ns) => {
+            r.seen & (1 << ev as u32) != 0
+                && w.now() >= SimTime(r.seen_at[ev as usize & 31].saturating_add(ns))
+        }
     };
     if !ready {
         return false;
