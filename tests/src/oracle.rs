@@ -14,7 +14,10 @@
 //! * **S4** a WR posted to a QP in ERR, or completing after the QP was seen in ERR, completes
 //!   with WR_FLUSH_ERR; no SUCCESS after a flush on the same queue.
 //! * **S5** a DISCONNECTED with status 0 follows a DREQ or DREP received for the id's comm ID
-//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2);
+//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2;
+//!   a passive id takes the smaller of its host's and the REQ's `max_cm_retries`, as Linux
+//!   `cm_req_handler` does, so with per-host budgets the bound is the smallest budget of any
+//!   host that is not hostile);
 //!   a REJECTED follows a REJ received for the id's comm ID (or a REJ "timeout", which names
 //!   the connection by the sender's CA GUID and comm ID, cm-spec §2.5). What a hostile host
 //!   sent ([`History::hostile`]) is no such evidence: a forgery must not end a connection (no
@@ -275,13 +278,24 @@ impl Checker {
         comm_id: u32,
         timewait_ns: u64,
     ) {
+        // The smallest retry budget of the (non-hostile) hosts: a passive id's is the REQ's if
+        // smaller than its host's (module docs). Only a DISCONNECTED(−110) needs it.
+        let least = if event == E::Disconnected && status == -110 {
+            (0..self.hosts.len())
+                .filter(|&i| !self.is_hostile(i as u8))
+                .map(|i| self.hosts[i].max_cm_retries)
+                .min()
+                .unwrap_or(u8::MAX)
+        } else {
+            u8::MAX
+        };
         let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd, mra_sent) = {
             let hs = self.host(e.host);
             (
                 hs.rx.get(&(comm_id, DREQ)).copied(),
                 hs.rx.get(&(comm_id, DREP)).copied(),
                 hs.dreq_tx.get(&comm_id).copied().unwrap_or(0),
-                hs.max_cm_retries,
+                hs.max_cm_retries.min(least),
                 hs.rej_timeout_rx || hs.rej_rx.contains(&comm_id),
                 comm_id != 0 && hs.mra_tx.contains(&comm_id),
             )

@@ -33,7 +33,7 @@ pub enum Fault {
         nth: u32,
     },
     /// A targeted fault held this message the host sent, the `nth` of its kind in this life,
-    /// for `by_ns`: it enters the network then (recorded as sent at that time).
+    /// for `by_ns`: it enters the network then (its send is recorded when the host sent it).
     Delayed {
         /// What it was.
         msg: WireMsg,

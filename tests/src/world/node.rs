@@ -38,12 +38,13 @@ pub(super) enum Dir {
     TxDropped {
         nth: u32,
     },
-    /// Sent, and held by a targeted fault (the `nth` of its kind) for `ns`: recorded as
-    /// [`Dir::Tx`] again when it enters the network.
+    /// Sent, and held by a targeted fault (the `nth` of its kind) for `ns`.
     TxDelayed {
         nth: u32,
         ns: u64,
     },
+    /// A held datagram entered the network (already recorded as sent).
+    TxReleased,
     Rx,
     /// Received, and dropped by the NIC as undecodable.
     RxDropped,
@@ -69,8 +70,7 @@ impl Node {
 }
 
 impl Node {
-    /// The earliest held datagram due at `now` (by release time, then send order), recorded
-    /// as sent now.
+    /// The earliest held datagram due at `now` (by release time, then send order).
     fn release(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         let i = (0..self.held.len())
             .filter(|&i| self.held[i].0 <= now)
@@ -79,7 +79,7 @@ impl Node {
         let (_, _, dst, bytes) = self.held.remove(i);
         let msg = WireMsg::parse(&bytes);
         self.wire
-            .push((now, Dir::Tx, host_index(dst.ip()) as u8, msg));
+            .push((now, Dir::TxReleased, host_index(dst.ip()) as u8, msg));
         Some((dst, bytes))
     }
 }

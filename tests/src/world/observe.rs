@@ -98,7 +98,9 @@ impl World {
                         );
                     }
                 }
-                Dir::TxDropped { nth } => {
+                Dir::TxDropped { .. } | Dir::TxDelayed { .. } => {
+                    // The host sent it: recorded now, with the fault; the network never
+                    // carries a dropped one, a delayed one enters it later (`TxReleased`).
                     if msg.attr == 0 {
                         self.history.rc_packets[h] += 1;
                     } else {
@@ -109,17 +111,18 @@ impl World {
                         };
                         self.push(at, h, app.epoch, rec);
                     }
-                    let rec = Record::Fault(Fault::TargetedDrop { msg, nth });
-                    self.push(at, h, app.epoch, rec);
+                    let fault = match dir {
+                        Dir::TxDelayed { nth, ns } => Fault::Delayed {
+                            msg,
+                            nth,
+                            by_ns: ns,
+                        },
+                        Dir::TxDropped { nth } => Fault::TargetedDrop { msg, nth },
+                        _ => continue,
+                    };
+                    self.push(at, h, app.epoch, Record::Fault(fault));
                 }
-                Dir::TxDelayed { nth, ns } => {
-                    let rec = Record::Fault(Fault::Delayed {
-                        msg,
-                        nth,
-                        by_ns: ns,
-                    });
-                    self.push(at, h, app.epoch, rec);
-                }
+                Dir::TxReleased => self.tx_meta[h].push(msg),
                 Dir::Rx => self.push(
                     at,
                     h,

@@ -196,10 +196,7 @@ impl World {
         };
         let slots = self.slots_per_region();
         for (h, r) in [own, dst].into_iter().flatten() {
-            let free = self
-                .pools
-                .get_mut(h)
-                .map_or(usize::MAX, |p| p.pool(r).free());
+            let free = self.pools.get(h).map_or(usize::MAX, |p| p.free(r));
             if free < n {
                 return Err(WorldError::OutOfSlots {
                     host: h,
@@ -211,7 +208,7 @@ impl World {
         let take = |w: &mut World, at: Option<(usize, Region)>| -> Option<Held> {
             let (h, r) = at?;
             let p = w.pools.get_mut(h)?;
-            let i = p.pool(r).take()?;
+            let i = p.take(r)?;
             Some((h, p.epoch, r, i))
         };
         Ok((0..n)
@@ -232,7 +229,7 @@ impl World {
     pub(super) fn free_slots(&mut self, held: [Option<Held>; 2]) {
         for (h, epoch, r, i) in held.into_iter().flatten() {
             if let Some(p) = self.pools.get_mut(h).filter(|p| p.epoch == epoch) {
-                p.pool(r).give_back(i);
+                p.give_back(r, i);
             }
         }
     }

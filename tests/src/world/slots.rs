@@ -41,75 +41,66 @@ pub(super) fn mr_bytes(slots: u32) -> u64 {
     MR_BYTES + 4 * u64::from(slots).saturating_sub(SLOTS) * SLOT_BYTES
 }
 
-/// The free slots of one region of one host life.
-#[derive(Debug, Clone)]
-pub(super) struct Pool {
-    used: Vec<bool>,
-    free: usize,
-    cursor: usize,
-}
-
-impl Pool {
-    pub(super) fn new(slots: u32) -> Self {
-        Pool {
-            used: vec![false; slots as usize],
-            free: slots as usize,
-            cursor: 0,
-        }
-    }
-
-    pub(super) fn free(&self) -> usize {
-        self.free
-    }
-
-    /// The next free slot from the cursor on (`None` if all are in use).
-    pub(super) fn take(&mut self) -> Option<u32> {
-        if self.free == 0 {
-            return None;
-        }
-        let n = self.used.len();
-        let i = (0..n)
-            .map(|k| (self.cursor + k) % n)
-            .find(|&i| !self.used[i])?;
-        self.used[i] = true;
-        self.free -= 1;
-        self.cursor = (i + 1) % n;
-        Some(i as u32)
-    }
-
-    pub(super) fn give_back(&mut self, i: u32) {
-        if let Some(u) = self.used.get_mut(i as usize).filter(|u| **u) {
-            *u = false;
-            self.free += 1;
-        }
-    }
-}
-
-/// One host life's pools: send, receive, destination (READ sources are not allocated: their
-/// bytes are a function of the slot, the same for every reader).
+/// One host life's free slots of its send, receive and destination regions (READ sources are
+/// not allocated: their bytes are a function of the slot, the same for every reader), in one
+/// allocation.
 #[derive(Debug, Clone)]
 pub(super) struct Pools {
     pub(super) epoch: u8,
-    pub(super) send: Pool,
-    pub(super) recv: Pool,
-    pub(super) dst: Pool,
+    slots: usize,
+    /// Region `k`'s slots at `k·slots..`.
+    used: Vec<bool>,
+    free: [usize; 3],
+    cursor: [usize; 3],
 }
 
 impl Pools {
     pub(super) fn new(epoch: u8, slots: u32) -> Self {
+        let slots = slots as usize;
         Pools {
             epoch,
-            send: Pool::new(slots),
-            recv: Pool::new(slots),
-            dst: Pool::new(slots),
+            slots,
+            used: vec![false; 3 * slots],
+            free: [slots; 3],
+            cursor: [0; 3],
         }
     }
 
-    pub(super) fn pool(&mut self, r: Region) -> &mut Pool {
+    fn k(r: Region) -> usize {
         match r {
-            Region::Send | Region::ReadSrc => &mut self.send,
-            Region::Recv => &mut self.recv,
-            Region::Dst => &mut self.dst,
+            Region::Send | Region::ReadSrc => 0,
+            Region::Recv => 1,
+            Region::Dst => 2,
+        }
+    }
+
+    /// Free slots of region `r`.
+    pub(super) fn free(&self, r: Region) -> usize {
+        self.free[Self::k(r)]
+    }
+
+    /// The next free slot of region `r` from its cursor on (`None` if all are in use).
+    pub(super) fn take(&mut self, r: Region) -> Option<u32> {
+        let (k, n) = (Self::k(r), self.slots);
+        if self.free[k] == 0 {
+            return None;
+        }
+        let used = &mut self.used[k * n..(k + 1) * n];
+        let i = (0..n)
+            .map(|j| (self.cursor[k] + j) % n)
+            .find(|&i| !used[i])?;
+        used[i] = true;
+        self.free[k] -= 1;
+        self.cursor[k] = (i + 1) % n;
+        Some(i as u32)
+    }
+
+    /// Frees slot `i` of region `r` (if it is in use).
+    pub(super) fn give_back(&mut self, r: Region, i: u32) {
+        let (k, n, i) = (Self::k(r), self.slots, i as usize);
+        if i < n && self.used[k * n + i] {
+            self.used[k * n + i] = false;
+            self.free[k] += 1;
         }
     }
 }

@@ -6,7 +6,8 @@
 //! the fabric (no draw of the fabric's random streams is spent on it), a delayed one enters it
 //! `ns` later (and then gets the path's latency, jitter and faults as any other). The host
 //! itself did send it, so the history records the send ([`Record::Wire`], or the RC packet
-//! count) and the fault ([`Fault::TargetedDrop`], [`Fault::Delayed`]) at the moment of the send.
+//! count) and the fault ([`Fault::TargetedDrop`], [`Fault::Delayed`]) at the moment of the
+//! send (the oracle's retry counts are the host's sends, whatever the network did).
 //! A World without rules runs exactly as before (the traces of such runs do not change).
 //!
 //! Occurrences are counted per rule and per host life: a host restarted with amnesia counts
