@@ -472,7 +472,7 @@ impl Summary {
             } else {
                 0.0
             };
-            let _ = writeln!(s, "  {name:<26} {n:>10}  ({pct:.2} %)");
+            let _ = writeln!(s, "  {name:<37} {n:>10}  ({pct:.2} %)");
         }
         let blind = self.blind_spots();
         if !blind.is_empty() && c.scenarios > 0 {

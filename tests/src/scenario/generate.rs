@@ -27,7 +27,7 @@ fn step(when: Trigger, action: Action) -> Step {
 impl Scenario {
     /// Draws one two-host scenario from `rng` (a [hostile](Hostile) third host with probability
     /// [`HOSTILE_SHARE`]), fault rates included, biased so that every
-    /// "sometimes" situation of TESTING.md comes up (see [`Sometimes`]).
+    /// "sometimes" situation of TESTING.md comes up (see [`Sometimes`](super::Sometimes)).
     pub fn generate(rng: &mut Rng) -> Scenario {
         use CmEventType as E;
         let seed = rng.next_u64();

@@ -200,9 +200,9 @@ pub struct Scenario {
     pub hosts: Vec<Script>,
     /// Network faults.
     pub faults: Faults,
-    /// Short CM timers (see [`WorldConfig::fast_timers`]).
+    /// Short CM timers (see [`WorldConfig::fast_timers`](crate::world::WorldConfig::fast_timers)).
     pub fast_timers: bool,
-    /// RNR retry count (see [`WorldConfig::rnr_retry`]).
+    /// RNR retry count (see [`WorldConfig::rnr_retry`](crate::world::WorldConfig::rnr_retry)).
     pub rnr_retry: u8,
     /// A hostile host after the scripted ones (host `hosts.len()`), if any.
     pub hostile: Option<Hostile>,

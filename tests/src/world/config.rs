@@ -12,7 +12,7 @@ pub const CM_PORT: u16 = 7471;
 /// Bytes of one WR buffer slot in a host's memory region.
 pub const SLOT_BYTES: u64 = 128;
 /// Slots per region (send, receive, READ source, READ/WRITE destination) in the base layout;
-/// [`WorldConfig::wr_slots`] above this adds slots after [`MR_BYTES`] (see `world/slots.rs`).
+/// [`WorldConfig::wr_slots`] above this adds slots after the base layout (see `world/slots.rs`).
 pub const SLOTS: u64 = 32;
 /// The destination region's start (the base layout, `world/slots.rs`).
 pub(super) const DST_OFF: u64 = 3 * SLOT_BYTES * SLOTS;
