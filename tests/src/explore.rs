@@ -220,7 +220,7 @@ fn mix(seed: u64, trace_hash: u64) -> u64 {
 struct Tally {
     scenarios: u64,
     failing: Vec<Failure>,
-    sometimes: [u64; 7],
+    sometimes: [u64; Sometimes::COUNT],
     digest: u64,
 }
 
@@ -391,7 +391,7 @@ impl Summary {
             c.check_consistent().map_err(MergeError::Inconsistent)?;
             let digest = u64::from_str_radix(&c.digest, 16)
                 .map_err(|_| MergeError::Digest(c.digest.clone()))?;
-            let mut sometimes = [0u64; 7];
+            let mut sometimes = [0u64; Sometimes::COUNT];
             for (slot, name) in sometimes.iter_mut().zip(Sometimes::NAMES) {
                 *slot = c.sometimes.get(name).copied().unwrap_or(0);
             }
@@ -472,7 +472,7 @@ impl Summary {
             } else {
                 0.0
             };
-            let _ = writeln!(s, "  {name:<26} {n:>10}  ({pct:.2} %)");
+            let _ = writeln!(s, "  {name:<37} {n:>10}  ({pct:.2} %)");
         }
         let blind = self.blind_spots();
         if !blind.is_empty() && c.scenarios > 0 {

@@ -14,7 +14,10 @@
 //! * **S4** a WR posted to a QP in ERR, or completing after the QP was seen in ERR, completes
 //!   with WR_FLUSH_ERR; no SUCCESS after a flush on the same queue.
 //! * **S5** a DISCONNECTED with status 0 follows a DREQ or DREP received for the id's comm ID
-//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2);
+//!   (the peer's CM acted); status −110 follows `1 + max_cm_retries` DREQs sent (cm-spec §3.2;
+//!   a passive id takes the smaller of its host's and the REQ's `max_cm_retries`, as Linux
+//!   `cm_req_handler` does, so with per-host budgets the bound is the smallest budget of any
+//!   host that is not hostile);
 //!   a REJECTED follows a REJ received for the id's comm ID (or a REJ "timeout", which names
 //!   the connection by the sender's CA GUID and comm ID, cm-spec §2.5). What a hostile host
 //!   sent ([`History::hostile`]) is no such evidence: a forgery must not end a connection (no
@@ -37,106 +40,17 @@
 use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
 use cm_core::api::CmEventType as E;
 use cm_core::wire::{
-    RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_REJ_ATTR_ID as REJ,
+    RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA,
+    CM_REJ_ATTR_ID as REJ, CM_REP_ATTR_ID as REP_ATTR, CM_REQ_ATTR_ID as REQ_ATTR,
 };
 use rnic_sim::fabric::DropReason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt;
 use verbs_core::{SimTime, WcStatus};
 
-/// The invariants of TESTING.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[allow(missing_docs)] // each is the TESTING.md name
-pub enum Invariant {
-    S1,
-    S2,
-    S3,
-    S4,
-    S5,
-    S6,
-    S7,
-    L1,
-    L2,
-    L3,
-}
-
-/// One broken invariant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// Which.
-    pub invariant: Invariant,
-    /// The host it was seen on.
-    pub host: usize,
-    /// When (virtual time).
-    pub at: SimTime,
-    /// What is wrong.
-    pub message: String,
-    /// The records involved, formatted.
-    pub events: Vec<String>,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} violated on host {} at {} µs: {}",
-            self.invariant,
-            self.host,
-            self.at.as_nanos() / 1000,
-            self.message
-        )?;
-        for e in &self.events {
-            write!(f, "\n    {e}")?;
-        }
-        Ok(())
-    }
-}
-
-/// The rare situations a run reached (TESTING.md "Sometimes" counters).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Sometimes {
-    /// Two DREQs of one connection crossed: a host received the peer's DREQ for a connection
-    /// after sending its own.
-    pub dreqs_crossed: bool,
-    /// A DISCONNECTED with status −110 (DREQ retries exhausted).
-    pub dreq_retries_exhausted: bool,
-    /// The fabric dropped a DREP.
-    pub drep_lost: bool,
-    /// A host received a DREQ for a connection it had already answered with a DREP (TimeWait).
-    pub dup_dreq_in_timewait: bool,
-    /// A WR was posted to a QP the application had seen in ERR.
-    pub wr_posted_after_err: bool,
-    /// rdma_disconnect was called on an id that was connecting (not yet ESTABLISHED).
-    pub disconnect_during_setup: bool,
-    /// A REJ with reason 10 (stale connection) was sent.
-    pub stale_connection_rej: bool,
-}
-
-impl Sometimes {
-    /// The snake_case names, in field order.
-    pub const NAMES: [&'static str; 7] = [
-        "dreqs_crossed",
-        "dreq_retries_exhausted",
-        "drep_lost",
-        "dup_dreq_in_timewait",
-        "wr_posted_after_err",
-        "disconnect_during_setup",
-        "stale_connection_rej",
-    ];
-
-    /// The flags, in field order.
-    pub fn flags(&self) -> [bool; 7] {
-        [
-            self.dreqs_crossed,
-            self.dreq_retries_exhausted,
-            self.drep_lost,
-            self.dup_dreq_in_timewait,
-            self.wr_posted_after_err,
-            self.disconnect_during_setup,
-            self.stale_connection_rej,
-        ]
-    }
-}
+mod sometimes;
+mod violation;
+pub use sometimes::Sometimes;
+pub use violation::{Invariant, Violation};
 
 type IdKey = (u8, u8, u32);
 type QueueKey = (u8, u8, u32, Queue);
@@ -191,6 +105,8 @@ struct HostState {
     ready: BTreeSet<u32>,
     /// QPNs seen in ERR.
     err: BTreeSet<u32>,
+    /// Local comm IDs an MRA was sent for.
+    mra_tx: BTreeSet<u32>,
     /// The host's send / receive CQ overran (CQ_ERR): its completions may be lost.
     cq_err: [bool; 2],
 }
@@ -206,6 +122,10 @@ struct Checker {
     wrs: BTreeMap<u64, WrState>,
     queues: BTreeMap<QueueKey, (u64, bool)>,
     sometimes: Sometimes,
+    /// WRs outstanding per queue (posted, not completed yet).
+    outstanding: BTreeMap<QueueKey, u32>,
+    /// A targeted fault dropped a REQ, REP or MRA.
+    setup_msg_dropped: bool,
     /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
     /// (cm-spec §4.4 step 2): (host, life, QPN, the call), in history (= time) order.
     must_be_err: VecDeque<(u8, u8, u32, Entry)>,
@@ -258,6 +178,11 @@ impl Checker {
                     self.sometimes.drep_lost = true;
                 }
             }
+            Record::Fault(Fault::TargetedDrop { msg, .. }) => {
+                self.sometimes.targeted_drop = true;
+                self.setup_msg_dropped |= matches!(msg.attr, REQ_ATTR | REP_ATTR | MRA);
+            }
+            Record::Fault(Fault::Delayed { .. }) => self.sometimes.targeted_delay = true,
             Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
             Record::Wire { tx, peer, msg } => {
                 if tx || !self.is_hostile(peer) {
@@ -281,6 +206,11 @@ impl Checker {
             } => {
                 if qp_err {
                     self.sometimes.wr_posted_after_err = true;
+                }
+                let n = self.outstanding.entry((h, ep, qpn, queue)).or_default();
+                *n += 1;
+                if *n > 32 {
+                    self.sometimes.deep_post = true;
                 }
                 self.wrs.insert(
                     wr_id,
@@ -316,6 +246,10 @@ impl Checker {
                 hs.drep_tx.insert(msg.local_comm_id);
             }
             (true, REJ) if msg.reason == 10 => self.sometimes.stale_connection_rej = true,
+            (true, MRA) => {
+                hs.mra_tx.insert(msg.local_comm_id);
+                self.sometimes.mra_sent = true;
+            }
             (false, DREQ) => {
                 let crossed = hs.dreq_tx.contains_key(&msg.remote_comm_id);
                 let in_tw = hs.drep_tx.contains(&msg.remote_comm_id);
@@ -344,16 +278,31 @@ impl Checker {
         comm_id: u32,
         timewait_ns: u64,
     ) {
-        let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd) = {
+        // The smallest retry budget of the (non-hostile) hosts: a passive id's is the REQ's if
+        // smaller than its host's (module docs). Only a DISCONNECTED(−110) needs it.
+        let least = if event == E::Disconnected && status == -110 {
+            (0..self.hosts.len())
+                .filter(|&i| !self.is_hostile(i as u8))
+                .map(|i| self.hosts[i].max_cm_retries)
+                .min()
+                .unwrap_or(u8::MAX)
+        } else {
+            u8::MAX
+        };
+        let (dreq_from, drep_from, dreq_sent, max_retries, rej_rcvd, mra_sent) = {
             let hs = self.host(e.host);
             (
                 hs.rx.get(&(comm_id, DREQ)).copied(),
                 hs.rx.get(&(comm_id, DREP)).copied(),
                 hs.dreq_tx.get(&comm_id).copied().unwrap_or(0),
-                hs.max_cm_retries,
+                hs.max_cm_retries.min(least),
                 hs.rej_timeout_rx || hs.rej_rx.contains(&comm_id),
+                comm_id != 0 && hs.mra_tx.contains(&comm_id),
             )
         };
+        if event == E::Unreachable && status == -110 && self.setup_msg_dropped {
+            self.sometimes.cm_retries_exhausted_by_targeted_drop = true;
+        }
         let id = self.ids.entry(key).or_default();
         if comm_id != 0 {
             id.comm_id = comm_id;
@@ -378,6 +327,7 @@ impl Checker {
                 if id.disconnected > 0 {
                     v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
                 }
+                self.sometimes.mra_then_established |= mra_sent;
                 id.established = true;
             }
             E::Disconnected => {
@@ -552,6 +502,9 @@ impl Checker {
     ) {
         let key = (e.host, e.epoch, qpn, queue);
         let seen_err = self.host(e.host).err.contains(&qpn);
+        if let Some(n) = self.outstanding.get_mut(&key) {
+            *n = n.saturating_sub(1);
+        }
         let mut v: Vec<(Invariant, String)> = Vec::new();
         match self.wrs.get_mut(&wr_id) {
             None => v.push((

@@ -1181,6 +1181,8 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
                     fast_timers: true,
                     rnr_retry,
                     hostile: None,
+                    host_cm: Vec::new(),
+                    msg_faults: Vec::new(),
                 }
             },
         )

@@ -201,6 +201,10 @@ impl Hostile {
                 Trigger::At(t) => w.now() >= SimTime(t),
                 Trigger::OnEvent(ev) => r.seen & (1 << ev as u32) != 0,
                 Trigger::AfterCompletions(n) => r.completions >= n,
+                Trigger::OnEventAfter(ev, ns) => {
+                    r.seen & (1 << ev as u32) != 0
+                        && w.now() >= SimTime(r.seen_at[ev as usize & 31].saturating_add(ns))
+                }
             };
             if fired[i] || !ready {
                 continue;

@@ -2,7 +2,7 @@
 //! captures — and what `rnic replay` makes of it: the trace, a Mermaid sequence diagram, a pcap.
 
 use super::{failed_world, report, run, scenario_of, Scenario, SeedReport, US};
-use crate::world::{History, Record};
+use crate::world::{Fault, History, Record};
 use rnic_sim::roce::pcap::PcapWriter;
 use std::fmt::Write as _;
 
@@ -88,7 +88,7 @@ impl Replay {
                     let dropped = entries[i + 1..]
                         .iter()
                         .take_while(|x| x.at == e.at)
-                        .any(|x| matches!(x.rec, Record::Fault(crate::world::Fault::Dropped { msg: m, .. }) if m == msg && x.host == h));
+                        .any(|x| matches!(x.rec, Record::Fault(Fault::Dropped { msg: m, .. } | Fault::TargetedDrop { msg: m, .. }) if m == msg && x.host == h));
                     let _ = writeln!(
                         s,
                         "    H{h}{}H{peer}: {} {}us",
@@ -100,7 +100,11 @@ impl Replay {
                 Record::Event { event, status, .. } => {
                     let _ = writeln!(s, "    Note over H{h}: {event:?}({status})");
                 }
-                Record::Fault(crate::world::Fault::Crash { .. }) => {
+                Record::Fault(Fault::Delayed { msg, by_ns, .. }) => {
+                    let name = msg.name();
+                    let _ = writeln!(s, "    Note over H{h}: {name} held {}us", by_ns / US);
+                }
+                Record::Fault(Fault::Crash { .. }) => {
                     let _ = writeln!(s, "    Note over H{h}: CRASH");
                 }
                 Record::Call {

@@ -22,7 +22,8 @@ impl World {
 
     fn qp_init(&self, h: usize) -> QpInitAttr {
         let a = &self.apps[h];
-        QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(64, 1, 0), true)
+        let depth = self.cfg.qp_depth;
+        QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(depth, 1, 0), true)
     }
 
     fn conn_param(&self) -> ConnParam {

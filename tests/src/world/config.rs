@@ -1,6 +1,7 @@
 //! The World's configuration ([`WorldConfig`]), its fixed layout (the CM port, the memory
 //! region's slots) and host addressing.
 
+use super::targeted::MsgFault;
 use cm_core::engine::CmConfig;
 use rnic_sim::fabric::{FaultPlan, PathFaults};
 use rnic_sim::rng::Rng;
@@ -10,11 +11,10 @@ use std::net::{IpAddr, Ipv4Addr};
 pub const CM_PORT: u16 = 7471;
 /// Bytes of one WR buffer slot in a host's memory region.
 pub const SLOT_BYTES: u64 = 128;
-/// Slots per region (send, receive, READ source, READ/WRITE destination).
+/// Slots per region (send, receive, READ source, READ/WRITE destination) in the base layout;
+/// [`WorldConfig::wr_slots`] above this adds slots after the base layout (see `world/slots.rs`).
 pub const SLOTS: u64 = 32;
-pub(super) const SEND_OFF: u64 = 0;
-pub(super) const RECV_OFF: u64 = SLOT_BYTES * SLOTS;
-pub(super) const READ_SRC_OFF: u64 = 2 * SLOT_BYTES * SLOTS;
+/// The destination region's start (the base layout, `world/slots.rs`).
 pub(super) const DST_OFF: u64 = 3 * SLOT_BYTES * SLOTS;
 pub(super) const MR_BYTES: u64 = 4 * SLOT_BYTES * SLOTS;
 /// 1 ms in ns.
@@ -65,6 +65,39 @@ pub struct WorldConfig {
     ///
     /// [`Record::CqErr`]: super::Record::CqErr
     pub cq_entries: u32,
+    /// Per-host CM timer overrides, by host index (a host past the end, or a `None` field,
+    /// keeps the default of [`fast_timers`](Self::fast_timers)). Applied by
+    /// [`cm_config`](Self::cm_config), in every life of the host.
+    pub host_cm: Vec<HostCm>,
+    /// Targeted message faults from the start ([`MsgFault`]; more can be added while running
+    /// with [`World::add_msg_fault`](super::World::add_msg_fault)).
+    pub msg_faults: Vec<MsgFault>,
+    /// `max_send_wr` and `max_recv_wr` of every QP the World creates (default 64): a post
+    /// beyond the free entries fails with ENOMEM, as `ibv_post_send` does.
+    pub qp_depth: u32,
+    /// WR buffer slots per region of each host's memory region (default and minimum 32,
+    /// [`SLOTS`]): each outstanding WR holds one slot (a SEND/WRITE: one of its send region;
+    /// a receive: one of its receive region; a WRITE or READ: one of the destination host's
+    /// destination region) from its post to its completion. A post that finds too few free
+    /// slots is refused by the World ([`WorldError::OutOfSlots`](super::WorldError)); size it
+    /// to the WRs you keep outstanding, e.g. with [`with_qp_depth`](Self::with_qp_depth).
+    pub wr_slots: u32,
+}
+
+/// Per-host overrides of the CM's timers ([`WorldConfig::host_cm`]), as a Linux host's
+/// rdma_cm would be tuned (`CMA_CM_RESPONSE_TIMEOUT`, `CMA_MAX_CM_RETRIES`; the packet life
+/// time is the path record's). `None` keeps the World's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCm {
+    /// `max_cm_retries` (0–15): REQ, REP and DREQ are sent 1 + this many times before the
+    /// send times out (UNREACHABLE −110 for REQ/REP, DISCONNECTED −110 for DREQ; cm-spec §3.2).
+    pub max_cm_retries: Option<u8>,
+    /// The CM response timeout exponent (4.096 µs × 2^t; Linux 20): with the packet life
+    /// time, how long a REQ/DREQ waits for its answer before it is sent again
+    /// (`2·ms(packet life time) + ms(response timeout)`, cm-spec §3.2).
+    pub cm_response_timeout: Option<u8>,
+    /// The path packet life time exponent (Linux RoCE 16).
+    pub packet_life_time: Option<u8>,
 }
 
 impl WorldConfig {
@@ -78,7 +111,34 @@ impl WorldConfig {
             capture: false,
             rnr_retry: 7,
             cq_entries: 1024,
+            host_cm: Vec::new(),
+            msg_faults: Vec::new(),
+            qp_depth: 64,
+            wr_slots: SLOTS as u32,
         }
+    }
+
+    /// The same with host `h`'s CM timers overridden by `cm`.
+    pub fn with_host_cm(mut self, h: usize, cm: HostCm) -> Self {
+        if self.host_cm.len() <= h {
+            self.host_cm.resize(h + 1, HostCm::default());
+        }
+        self.host_cm[h] = cm;
+        self
+    }
+
+    /// The same with one more targeted message fault.
+    pub fn with_msg_fault(mut self, f: MsgFault) -> Self {
+        self.msg_faults.push(f);
+        self
+    }
+
+    /// The same with QPs of `depth` send and receive WRs and enough WR slots
+    /// ([`wr_slots`](Self::wr_slots)) for one QP's full queues.
+    pub fn with_qp_depth(mut self, depth: u32) -> Self {
+        self.qp_depth = depth;
+        self.wr_slots = depth.max(SLOTS as u32);
+        self
     }
 
     /// The same with [`fast_timers`](Self::fast_timers) on.
@@ -111,7 +171,7 @@ impl WorldConfig {
             seed: rng.fork(u64::from(epoch)).key(),
             ..CmConfig::default()
         };
-        if self.fast_timers {
+        let mut c = if self.fast_timers {
             CmConfig {
                 packet_life_time: 10,
                 cm_response_timeout: 10,
@@ -119,6 +179,12 @@ impl WorldConfig {
             }
         } else {
             base
+        };
+        if let Some(o) = self.host_cm.get(h) {
+            c.max_cm_retries = o.max_cm_retries.unwrap_or(c.max_cm_retries).min(15);
+            c.cm_response_timeout = o.cm_response_timeout.unwrap_or(c.cm_response_timeout);
+            c.packet_life_time = o.packet_life_time.unwrap_or(c.packet_life_time);
         }
+        c
     }
 }

@@ -1,8 +1,14 @@
-//! Faults the World injects: crashes (with restart and amnesia), partitions, and healing.
+//! Faults the World injects: crashes (with restart and amnesia), partitions, targeted message
+//! faults ([`MsgFault`]), and healing.
+//!
+//! A new kind of fault plugs in here: a `World` method that changes the simulation now (or
+//! schedules it in the fabric's plan), records a [`Fault`] variant for the history (with its
+//! text in `world/record.rs` and its hash tag in `world/history.rs`), and, for the generator,
+//! an `Action` of `scenario/mod.rs` that calls it.
 
 use super::config::host_ip;
 use super::node::new_node;
-use super::{Fault, Record, World};
+use super::{Fault, MsgFault, Record, World};
 use rnic_sim::fabric::{Crash, Partition};
 use verbs_core::Error;
 
@@ -39,10 +45,31 @@ impl World {
         Ok(())
     }
 
+    /// Adds a targeted message fault from now on (also in later lives of its host). Counting
+    /// starts now: `Occurrence::Nth(1)` is the next such message the host sends.
+    ///
+    /// # Errors
+    /// EINVAL for an unknown sending host.
+    pub fn add_msg_fault(&mut self, f: MsgFault) -> Result<(), Error> {
+        self.observe();
+        self.node_mut(f.from)?.rules.push(f);
+        self.cfg.msg_faults.push(f);
+        Ok(())
+    }
+
     /// Marks the network healed from now on: loss, duplication and corruption off, every
-    /// partition healed now (delays stay). Liveness checks apply from here.
+    /// partition healed now, every targeted message fault removed (delays stay, and so do
+    /// messages a targeted delay holds). Liveness checks apply from here.
     pub fn heal(&mut self) {
         let now = self.now();
+        if !self.cfg.msg_faults.is_empty() {
+            self.cfg.msg_faults.clear();
+            for h in 0..self.apps.len() {
+                if let Ok(n) = self.node_mut(h) {
+                    n.rules.clear();
+                }
+            }
+        }
         let plan = self.sim.fabric.plan_mut();
         plan.default.loss = 0.0;
         plan.default.duplicate = 0.0;

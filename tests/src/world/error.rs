@@ -20,6 +20,20 @@ pub enum WorldError {
         /// When the World gave up.
         at: SimTime,
     },
+    /// A post of `wanted` WRs found too few free WR buffer slots on host `host`: at most
+    /// `slots` WRs per region may be outstanding ([`WorldConfig::wr_slots`]). Nothing was
+    /// posted.
+    ///
+    /// [`WorldConfig::wr_slots`]: super::WorldConfig::wr_slots
+    #[error("host {host}: {wanted} more WRs would exceed its {slots} WR buffer slots (WorldConfig::wr_slots)")]
+    OutOfSlots {
+        /// The host whose slots ran out.
+        host: usize,
+        /// WRs the post needed slots for.
+        wanted: usize,
+        /// Slots per region.
+        slots: u32,
+    },
     /// No such host.
     #[error("no host {0}")]
     NoHost(usize),

@@ -24,6 +24,24 @@ pub enum Fault {
         /// What it was (as read from the damaged bytes).
         msg: WireMsg,
     },
+    /// A targeted fault ([`MsgFault`](super::MsgFault)) dropped this message the host sent,
+    /// the `nth` of its kind in this life, before it entered the network.
+    TargetedDrop {
+        /// What it was.
+        msg: WireMsg,
+        /// Its occurrence number (1 = the first).
+        nth: u32,
+    },
+    /// A targeted fault held this message the host sent, the `nth` of its kind in this life,
+    /// for `by_ns`: it enters the network then (its send is recorded when the host sent it).
+    Delayed {
+        /// What it was.
+        msg: WireMsg,
+        /// Its occurrence number (1 = the first).
+        nth: u32,
+        /// The hold, ns.
+        by_ns: u64,
+    },
     /// The host crashed; it comes back with amnesia at `restart_ns` (virtual ns), or never
     /// (`None`).
     Crash {

@@ -197,6 +197,17 @@ pub(super) fn hash_entry(h: &mut WordHash, e: &Entry) {
                     h.write_u8(4);
                     hash_wire(h, &msg);
                 }
+                Fault::TargetedDrop { msg, nth } => {
+                    h.write_u8(5);
+                    h.write_u64(u64::from(nth));
+                    hash_wire(h, &msg);
+                }
+                Fault::Delayed { msg, nth, by_ns } => {
+                    h.write_u8(6);
+                    h.write_u64(u64::from(nth));
+                    h.write_u64(by_ns);
+                    hash_wire(h, &msg);
+                }
                 Fault::Crash { restart_ns } => {
                     h.write_u8(3);
                     h.write_u64(restart_ns.map_or(u64::MAX, |t| t));

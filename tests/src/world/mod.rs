@@ -65,9 +65,11 @@ mod payload;
 mod post;
 mod record;
 mod run;
+mod slots;
+mod targeted;
 mod wire;
 
-pub use config::{host_ip, WorldConfig, CM_PORT, QUIESCE_LIMIT_NS, SLOTS, SLOT_BYTES};
+pub use config::{host_ip, HostCm, WorldConfig, CM_PORT, QUIESCE_LIMIT_NS, SLOTS, SLOT_BYTES};
 pub use conn::{Conn, End};
 pub use error::{Violations, WorldError};
 pub use fault::Fault;
@@ -79,21 +81,22 @@ pub use node::Node;
 pub use ops::{Call, EventMode, Op, Queue};
 pub use payload::{payload_byte, payload_word};
 pub use record::{Entry, Record};
+pub use targeted::{MsgAction, MsgFault, Occurrence};
 pub use wire::{attr_name, WireMsg};
 
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
-use config::MR_BYTES;
 use history::hash_entry;
 use node::new_node;
 use rnic_sim::fabric::{SimFabric, Simulation};
 use rnic_sim::nic::Captured;
 use rnic_sim::rng::Rng;
+use slots::{mr_bytes, Held, Pools};
 use std::collections::{BTreeMap, BTreeSet};
 use verbs_core::{
     AccessFlags, CqHandle, Device, Errno, Error, Mr, PdHandle, Qp, SimTime, WorkCompletion,
 };
 
-/// The application's objects on one host.
+/// The application's objects on one host (its memory region: `world/slots.rs`).
 #[derive(Debug, Clone, Copy)]
 struct App {
     ch: EventChannel,
@@ -111,10 +114,14 @@ struct App {
 struct Pending {
     op: Op,
     off: u64,
+    /// READ: the pattern byte its source slot starts at.
+    base: u64,
     len: u32,
     peer: usize,
     epoch: u8,
     peer_epoch: u8,
+    /// The buffer slots it holds until it completes.
+    held: [Option<Held>; 2],
 }
 
 /// See the module docs.
@@ -142,6 +149,8 @@ pub struct World {
     packets: Vec<(u8, WireMsg)>,
     trace_cursor: usize,
     pending: BTreeMap<u64, Pending>,
+    /// Per host: the free WR buffer slots of its current life.
+    pools: Vec<Pools>,
     acks: Vec<(SimTime, usize, u8, CmEvent)>,
     next_wr: u64,
     data_seed: u64,
@@ -157,7 +166,8 @@ fn errno_of<T>(r: &Result<T, Error>) -> i32 {
 }
 
 impl World {
-    /// A World of `cfg.hosts` hosts, each with an application (event channel, PD, a 16 KiB MR
+    /// A World of `cfg.hosts` hosts, each with an application (event channel, PD, an MR of
+    /// 16 KiB plus 2 KiB per [`wr_slots`](WorldConfig::wr_slots) above 32
     /// with local and remote access, a send CQ and a receive CQ).
     ///
     /// # Errors
@@ -193,6 +203,7 @@ impl World {
             packets: Vec::with_capacity(64),
             trace_cursor: 0,
             pending: BTreeMap::new(),
+            pools: Vec::with_capacity(n),
             acks: Vec::new(),
             next_wr: 1,
             data_seed: root.fork(0x6461_7461).key(),
@@ -210,17 +221,23 @@ impl World {
     fn create_app(&mut self, h: usize, epoch: u8) -> Result<App, Error> {
         let max_cm_retries = self.cfg.cm_config(h, epoch).max_cm_retries;
         let cqe = self.cfg.cq_entries;
+        let slots = self.slots_per_region();
         let node = self.node_mut(h)?;
         let (cm, dev) = node.host.split();
         let ch = cm.create_event_channel();
         let pd = dev.alloc_pd()?;
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        let mr = dev.reg_mr(pd, MR_BYTES as usize, access)?;
+        let mr = dev.reg_mr(pd, mr_bytes(slots) as usize, access)?;
         let send_cq = dev.create_cq(cqe, None)?;
         let recv_cq = dev.create_cq(cqe, None)?;
         let at = self.sim.now();
         self.push(at, h, epoch, Record::Boot { max_cm_retries });
+        let pools = Pools::new(epoch, slots);
+        match self.pools.get_mut(h) {
+            Some(p) => *p = pools,
+            None => self.pools.push(pools),
+        }
         Ok(App {
             ch,
             pd,

@@ -1,6 +1,7 @@
 //! A host as a fabric endpoint: the [`Host`] plus the wire tap.
 
 use super::config::{host_index, host_ip, WorldConfig};
+use super::targeted::{MsgAction, Rules};
 use super::wire::WireMsg;
 use crate::host::Host;
 use bytes::Bytes;
@@ -22,12 +23,28 @@ pub struct Node {
     /// `host.poll_timeout()` as last asked (the simulation asks several times per event);
     /// `None` once the host may have changed: every `&mut` path to it clears it.
     pub(super) timeout: Cell<Option<Option<SimTime>>>,
+    /// The host's targeted faults ([`MsgFault`](super::MsgFault)s sent by it).
+    pub(super) rules: Rules,
+    /// Datagrams a targeted delay holds: (release time, send order, destination, bytes).
+    held: Vec<(SimTime, u64, SocketAddr, Bytes)>,
+    held_seq: u64,
 }
 
 /// What the wire tap saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Dir {
     Tx,
+    /// Sent, and dropped by a targeted fault (the `nth` of its kind) before the network.
+    TxDropped {
+        nth: u32,
+    },
+    /// Sent, and held by a targeted fault (the `nth` of its kind) for `ns`.
+    TxDelayed {
+        nth: u32,
+        ns: u64,
+    },
+    /// A held datagram entered the network (already recorded as sent).
+    TxReleased,
     Rx,
     /// Received, and dropped by the NIC as undecodable.
     RxDropped,
@@ -52,6 +69,21 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The earliest held datagram due at `now` (by release time, then send order).
+    fn release(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        let i = (0..self.held.len())
+            .filter(|&i| self.held[i].0 <= now)
+            .min_by_key(|&i| (self.held[i].0, self.held[i].1))?;
+        self.touch();
+        let (_, _, dst, bytes) = self.held.remove(i);
+        let msg = WireMsg::parse(&bytes);
+        self.wire
+            .push((now, Dir::TxReleased, host_index(dst.ip()) as u8, msg));
+        Some((dst, bytes))
+    }
+}
+
 impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         self.touch();
@@ -66,34 +98,62 @@ impl Endpoint for Node {
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
-        // A transmit pass can complete WRs (and move QPs to ERR) without sending anything, and
-        // arms timers; without work it sends and changes nothing (asked after every event).
-        if !self.host.nic().device().transmit_pending() {
-            return None;
+        if !self.held.is_empty() {
+            if let Some(d) = self.release(now) {
+                return Some(d);
+            }
         }
-        self.touch();
-        let (dst, bytes) = self.host.poll_transmit(now)?;
-        self.wire.push((
-            now,
-            Dir::Tx,
-            host_index(dst.ip()) as u8,
-            WireMsg::parse(&bytes),
-        ));
-        Some((dst, bytes))
+        loop {
+            // A transmit pass can complete WRs (and move QPs to ERR) without sending anything,
+            // and arms timers; without work it sends and changes nothing (asked after every
+            // event).
+            if !self.host.nic().device().transmit_pending() {
+                return None;
+            }
+            self.touch();
+            let (dst, bytes) = self.host.poll_transmit(now)?;
+            let msg = WireMsg::parse(&bytes);
+            let peer = host_index(dst.ip()) as u8;
+            if !self.rules.is_empty() {
+                match self.rules.hit(&msg) {
+                    Some((MsgAction::Drop, nth)) => {
+                        self.wire.push((now, Dir::TxDropped { nth }, peer, msg));
+                        continue;
+                    }
+                    Some((MsgAction::Delay { ns }, nth)) => {
+                        self.wire.push((now, Dir::TxDelayed { nth, ns }, peer, msg));
+                        self.held
+                            .push((now.plus_nanos(ns), self.held_seq, dst, bytes));
+                        self.held_seq += 1;
+                        continue;
+                    }
+                    None => {}
+                }
+            }
+            self.wire.push((now, Dir::Tx, peer, msg));
+            return Some((dst, bytes));
+        }
     }
 
     fn poll_timeout(&self) -> Option<SimTime> {
         if let Some(t) = self.timeout.get() {
             return t;
         }
-        let t = self.host.poll_timeout();
+        let mut t = self.host.poll_timeout();
+        if let Some(h) = self.held.iter().map(|h| h.0).min() {
+            t = Some(t.map_or(h, |t| t.min(h)));
+        }
         self.timeout.set(Some(t));
         t
     }
 
     fn handle_timeout(&mut self, now: SimTime) {
         self.touch();
-        self.host.handle_timeout(now)
+        // A held datagram's release is this node's timer too: it leaves on the next transmit
+        // poll; the host's own timers run only when due.
+        if self.held.is_empty() || self.host.poll_timeout().is_some_and(|t| t <= now) {
+            self.host.handle_timeout(now)
+        }
     }
 
     fn addr(&self) -> SocketAddr {
@@ -114,5 +174,8 @@ pub(super) fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, E
         wire: Vec::new(),
         dirty: true,
         timeout: Cell::new(None),
+        rules: Rules::new(h, &cfg.msg_faults),
+        held: Vec::new(),
+        held_seq: 0,
     })
 }

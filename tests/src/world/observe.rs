@@ -2,7 +2,7 @@
 //! name the fabric's drops, read (and ack) CM events, poll CQs, check the S6 data pattern, note
 //! QPs in ERR — and record it in the [`History`](super::History).
 
-use super::config::{host_index, host_ip, DST_OFF, MS, SLOT_BYTES};
+use super::config::{host_index, host_ip, MS, SLOT_BYTES};
 use super::node::Dir;
 use super::payload::matches_pattern;
 use super::{errno_of, Call, EventMode, Fault, Node, Op, Queue, Record, WireMsg, World};
@@ -98,6 +98,31 @@ impl World {
                         );
                     }
                 }
+                Dir::TxDropped { .. } | Dir::TxDelayed { .. } => {
+                    // The host sent it: recorded now, with the fault; the network never
+                    // carries a dropped one, a delayed one enters it later (`TxReleased`).
+                    if msg.attr == 0 {
+                        self.history.rc_packets[h] += 1;
+                    } else {
+                        let rec = Record::Wire {
+                            tx: true,
+                            peer,
+                            msg,
+                        };
+                        self.push(at, h, app.epoch, rec);
+                    }
+                    let fault = match dir {
+                        Dir::TxDelayed { nth, ns } => Fault::Delayed {
+                            msg,
+                            nth,
+                            by_ns: ns,
+                        },
+                        Dir::TxDropped { nth } => Fault::TargetedDrop { msg, nth },
+                        _ => continue,
+                    };
+                    self.push(at, h, app.epoch, Record::Fault(fault));
+                }
+                Dir::TxReleased => self.tx_meta[h].push(msg),
                 Dir::Rx => self.push(
                     at,
                     h,
@@ -245,6 +270,7 @@ impl World {
         let Some(p) = self.pending.remove(&wc.wr_id) else {
             return true;
         };
+        self.free_slots(p.held);
         if wc.status != WcStatus::Success {
             return true;
         }
@@ -269,7 +295,7 @@ impl World {
                     return false;
                 }
                 // The slot of the READ region the WR read: same slot index as its destination.
-                matches_pattern(seed, 1 << 63 | p.peer as u64, p.off - DST_OFF, &buf[..n], 0)
+                matches_pattern(seed, 1 << 63 | p.peer as u64, p.base, &buf[..n], 0)
             }
             Op::Write => {
                 // The peer's memory, if it is still the life the WRITE went to.

@@ -195,6 +195,15 @@ impl fmt::Display for Entry {
                     msg.name()
                 )
             }
+            Record::Fault(Fault::TargetedDrop { msg, nth }) => {
+                write!(f, "fault: {} #{nth} dropped (targeted)", msg.name())
+            }
+            Record::Fault(Fault::Delayed { msg, nth, by_ns }) => write!(
+                f,
+                "fault: {} #{nth} held {} µs (targeted delay)",
+                msg.name(),
+                by_ns / 1000
+            ),
             Record::Fault(Fault::Crash { restart_ns }) => match restart_ns {
                 Some(t) => write!(f, "fault: crash, restart with amnesia at {} µs", t / 1000),
                 None => write!(f, "fault: crash for good"),
