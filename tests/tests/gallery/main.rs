@@ -52,7 +52,8 @@
 //! `Device` trait, no World) · `async_events.rs`: async QP events and error completions (a
 //! `Simulation` of two hosts: the World does not record QP events) · `cm_calls.rs`: rdma_cm calls
 //! beyond connect/disconnect (`rdma_migrate_id`, synchronous ids, `rdma_notify`), device removal
-//! and address change.
+//! and address change · `world_knobs.rs`: per-host CM timers, targeted message faults, late
+//! accept (MRA), deep posts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -229,4 +230,5 @@ mod destroy;
 mod handshake_and_disconnect_rows;
 mod lost_and_rejected;
 mod sequences;
+mod world_knobs;
 mod srq;

@@ -2,7 +2,6 @@
 //! uses the World: per-host CM timers, targeted drops and delays of one chosen message (CM or
 //! RC), a late accept that draws an MRA, and deep posts beyond the base 32 WR slots.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use cm_core::api::CmEventType;
 use cm_core::wire::{
