@@ -22,6 +22,38 @@ pub(super) fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<sys::
         .collect()
 }
 
+/// The C chain of the receive WRs `wrs`, linked in order, each `sg_list` pointing into `sges`
+/// (the [`flat_sges`] of the same WRs), which must outlive every use of the chain.
+pub(super) fn recv_chain(
+    wrs: &[RecvWr],
+    sges: &mut [sys::ibv_sge],
+) -> Result<Vec<sys::ibv_recv_wr>, PostError> {
+    let sge_base = sges.as_mut_ptr();
+    let mut chain = Vec::with_capacity(wrs.len());
+    let mut at = 0;
+    for (i, w) in wrs.iter().enumerate() {
+        let n = w.sg_list.len();
+        chain.push(sys::ibv_recv_wr {
+            wr_id: w.wr_id,
+            next: null_mut(),
+            sg_list: if n == 0 {
+                null_mut()
+            } else {
+                sge_base.wrapping_add(at)
+            },
+            num_sge: num_sge(n, i)?,
+        });
+        at += n;
+    }
+    let base = chain.as_mut_ptr();
+    for i in 1..chain.len() {
+        // SAFETY: `i - 1` and `i` are elements of `chain`, written through the one raw pointer
+        // taken above; the heap buffer stays where it is when `chain` is returned.
+        unsafe { (*base.add(i - 1)).next = base.add(i) };
+    }
+    Ok(chain)
+}
+
 /// The index in a chain starting at `base` (elements of `size` bytes, `len` of them) of the
 /// element `bad` points to; 0 when `bad` is NULL or outside the chain (a provider that does not
 /// set `bad_wr` refused the first).
@@ -136,28 +168,8 @@ impl Verbs {
             return Ok(());
         }
         let mut sges = flat_sges(wrs.iter().map(|w| w.sg_list.as_slice()));
-        let sge_base = sges.as_mut_ptr();
-        let mut chain = Vec::with_capacity(wrs.len());
-        let mut at = 0;
-        for (i, w) in wrs.iter().enumerate() {
-            let n = w.sg_list.len();
-            chain.push(sys::ibv_recv_wr {
-                wr_id: w.wr_id,
-                next: null_mut(),
-                sg_list: if n == 0 {
-                    null_mut()
-                } else {
-                    sge_base.wrapping_add(at)
-                },
-                num_sge: num_sge(n, i)?,
-            });
-            at += n;
-        }
+        let mut chain = recv_chain(wrs, &mut sges)?;
         let base = chain.as_mut_ptr();
-        for i in 1..chain.len() {
-            // SAFETY: as in `post_send`.
-            unsafe { (*base.add(i - 1)).next = base.add(i) };
-        }
         // SAFETY: a live QP of a live context.
         let f = unsafe { (*(*q.as_ptr()).context).ops.post_recv };
         let f = f.ok_or_else(|| post_error(verbs_error("ibv_post_recv", libc::EOPNOTSUPP), 0))?;

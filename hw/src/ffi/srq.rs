@@ -4,7 +4,7 @@
 //! supported; mlx5: `IBV_SRQ_MAX_WR` is `EINVAL`); `destroy_srq` of an SRQ a QP uses is the
 //! kernel's `EBUSY`.
 
-use super::post::{flat_sges, index_of, num_sge, post_error};
+use super::post::{flat_sges, index_of, post_error, recv_chain};
 use super::verbs::Verbs;
 use super::{check, errno_of_ret, null_error, sys};
 use crate::error::verbs_error;
@@ -103,29 +103,8 @@ impl Verbs {
             return Ok(());
         }
         let mut sges = flat_sges(wrs.iter().map(|w| w.sg_list.as_slice()));
-        let sge_base = sges.as_mut_ptr();
-        let mut chain = Vec::with_capacity(wrs.len());
-        let mut at = 0;
-        for (i, w) in wrs.iter().enumerate() {
-            let n = w.sg_list.len();
-            chain.push(sys::ibv_recv_wr {
-                wr_id: w.wr_id,
-                next: null_mut(),
-                sg_list: if n == 0 {
-                    null_mut()
-                } else {
-                    sge_base.wrapping_add(at)
-                },
-                num_sge: num_sge(n, i)?,
-            });
-            at += n;
-        }
+        let mut chain = recv_chain(wrs, &mut sges)?;
         let base = chain.as_mut_ptr();
-        for i in 1..chain.len() {
-            // SAFETY: `i - 1` and `i` are elements of `chain`, written through the one raw
-            // pointer used until the call returns.
-            unsafe { (*base.add(i - 1)).next = base.add(i) };
-        }
         // SAFETY: a live SRQ of a live context: `ops` is the provider's table.
         let f = unsafe { (*(*s.as_ptr()).context).ops.post_srq_recv };
         let f =

@@ -60,7 +60,6 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
         qp_depth: 64,
         // Room for a deep post (more than the 32 slots of the base layout).
         wr_slots: if deep(scenario) { 64 } else { SLOTS as u32 },
-        host_app: scenario.host_app.clone(),
     };
     let mut w = World::new(cfg)?;
     for (h, s) in scenario.hosts.iter().enumerate() {

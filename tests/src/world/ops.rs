@@ -81,12 +81,6 @@ pub enum Call {
         n: u32,
     },
     /// `ibv_modify_qp(qpn, ERR)`: the application's verbs teardown.
-    /// `rdma_notify(id, IBV_EVENT_COMM_EST)` on passive id `id`, answering the COMM_EST of
-    /// its QP ([`HostApp::notify_on_comm_est`](super::HostApp)).
-    Notify {
-        /// The passive id.
-        id: u32,
-    },
     QpToErr {
         /// The QP.
         qpn: u32,
