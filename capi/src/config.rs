@@ -39,6 +39,10 @@ pub struct Config {
     pub fast_timers: bool,
     /// `RNIC_POISON_WC`.
     pub poison_wc: bool,
+    /// `RNIC_REMOVE_DEVICE_MS`: remove the device this many ms after the library started (a
+    /// hot-unplug, for testing an application's `RDMA_CM_EVENT_DEVICE_REMOVAL` and
+    /// `IBV_EVENT_DEVICE_FATAL` handling); `None`: never.
+    pub remove_device_ms: Option<u64>,
     /// `RNIC_RESOLVE_US`, µs.
     pub resolve_us: u64,
     /// `RNIC_STATS`: print the counters at exit (`Some(None)`), and also every so many ms
@@ -56,6 +60,7 @@ impl Default for Config {
             seed: None,
             fast_timers: false,
             poison_wc: false,
+            remove_device_ms: None,
             resolve_us: 1000,
             stats: None,
         }
@@ -146,6 +151,15 @@ impl Config {
                 .filter(|us| *us <= 10_000_000)
                 .ok_or_else(|| bad("RNIC_RESOLVE_US", &v, "expected microseconds, 0 … 10000000"))?;
         }
+        if let Some(v) = val("RNIC_REMOVE_DEVICE_MS") {
+            c.remove_device_ms = Some(v.parse().map_err(|_| {
+                bad(
+                    "RNIC_REMOVE_DEVICE_MS",
+                    &v,
+                    "expected milliseconds, an unsigned integer",
+                )
+            })?);
+        }
         if let Some(v) = val("RNIC_STATS") {
             c.stats = match v.as_str() {
                 "0" => None,
@@ -220,6 +234,7 @@ mod tests {
             ("RNIC_RESOLVE_US", "0"),
             ("RNIC_STATS", "every:250"),
             ("RNIC_POISON_WC", "yes"),
+            ("RNIC_REMOVE_DEVICE_MS", "1500"),
         ]);
         let c = match c {
             Ok(c) => c,
@@ -233,6 +248,7 @@ mod tests {
         assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
         assert_eq!((c.resolve_us, c.stats), (0, Some(Some(250))));
         assert!(c.poison_wc);
+        assert_eq!(c.remove_device_ms, Some(1500));
     }
 
     #[test]
@@ -245,6 +261,7 @@ mod tests {
             ("RNIC_SEED", "-1"),
             ("RNIC_FAST_TIMERS", "maybe"),
             ("RNIC_POISON_WC", "2"),
+            ("RNIC_REMOVE_DEVICE_MS", "later"),
             ("RNIC_RESOLVE_US", "soon"),
             ("RNIC_STATS", "every:0"),
             ("RNIC_STATS", "2"),

@@ -30,6 +30,10 @@
 //!   `IBV_EVENT_SRQ_LIMIT_REACHED` (`element.srq`) and reads 0 after; a receiving QP to ERR
 //!   raises `IBV_EVENT_QP_LAST_WQE_REACHED` (`element.qp`) and flushes nothing of the SRQ;
 //!   `ibv_destroy_srq` is EBUSY while a QP uses it.
+//! * `device_removal.c` (`RNIC_REMOVE_DEVICE_MS=300`): a listener and an id with a QP get
+//!   `RDMA_CM_EVENT_DEVICE_REMOVAL` (status 0); the context gets `IBV_EVENT_DEVICE_FATAL`; the
+//!   posted receive is flushed; then `rdma_listen` is ENXIO and `ibv_post_recv` EIO;
+//!   `rdma_destroy_id` works.
 //! * `cm_channel.c`: an O_NONBLOCK event channel gives EAGAIN; `rdma_resolve_addr` makes the
 //!   fd readable with ADDR_RESOLVED (status 0); `rdma_destroy_id` blocks until another thread
 //!   acks the id's event; a NULL channel (synchronous id) is EOPNOTSUPP (documented).
@@ -464,6 +468,22 @@ fn shared_receive_queues() {
             "err_qp_last_wqe_reached_srq_kept",
             "destroy_srq_busy",
             "teardown",
+        ],
+    );
+}
+
+#[test]
+fn device_removal_reaches_ids_and_context() {
+    check(
+        "device_removal",
+        57,
+        &[("RNIC_REMOVE_DEVICE_MS", "300")],
+        &[
+            "device_removal_event_on_every_id",
+            "device_fatal_async_event",
+            "posted_receive_flushed",
+            "calls_after_removal_fail",
+            "destroy_id_works",
         ],
     );
 }

@@ -33,6 +33,11 @@ pub struct ExecOptions {
     /// Short CM and transport timers, as `ping --fast-timers`. Sets RNIC_FAST_TIMERS=1.
     #[arg(long)]
     pub fast_timers: bool,
+    /// Remove the RNIC this many ms after the program starts using it, as a hot-unplug does:
+    /// every rdma_cm id gets RDMA_CM_EVENT_DEVICE_REMOVAL, the context IBV_EVENT_DEVICE_FATAL,
+    /// QPs are flushed and verbs answer EIO. Sets RNIC_REMOVE_DEVICE_MS.
+    #[arg(long, value_name = "MS")]
+    pub remove_device_after: Option<u64>,
     /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
@@ -123,6 +128,10 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
     set("RNIC_MTU", opts.mtu.map(|m| m.to_string()));
     set("RNIC_DROP_RATE", opts.drop_rate.map(|p| p.to_string()));
     set("RNIC_SEED", opts.seed.map(|s| s.to_string()));
+    set(
+        "RNIC_REMOVE_DEVICE_MS",
+        opts.remove_device_after.map(|ms| ms.to_string()),
+    );
     set(
         "RNIC_FAST_TIMERS",
         opts.fast_timers.then(|| "1".to_string()),

@@ -10,7 +10,10 @@
 //! * `rping`: 100 verified ping-pongs (SEND, RDMA READ, RDMA WRITE) and the disconnect;
 //! * `ucmatose`: 10 rdma_cm connections, messages on each, disconnect;
 //! * `qperf` `rc_bw` and `rc_lat` over the RDMA CM (`-cm1`);
-//! * `udaddy` (UD through rdma_cm), ignored for now.
+//! * `udaddy` (UD through rdma_cm), ignored for now;
+//! * `rping` whose server's RNIC is removed while it pings (`rnic exec --remove-device-after`):
+//!   the server reports the device removal and fails; the client, whose peer falls silent,
+//!   waits as it would on Linux and is killed.
 //!
 //! Each test has its own addresses (server 127.0.N.1, client 127.0.N.2) and its own TCP /
 //! rdma_cm port (19000 + N), so they run in parallel. The harness is in `common_programs/`.
@@ -34,9 +37,11 @@
 mod common_programs;
 
 use common_programs::{
-    lines_starting_with, run_pair, run_perftest, tools_available, Net, PairOutcome, PairSpec,
-    Perftest, Program, QperfResult, Ready,
+    lines_starting_with, program_timeout, run_pair, run_perftest, tools_available, Net,
+    PairOutcome, PairSpec, Perftest, Program, QperfResult, Ready, Running, LISTEN_LOG,
+    LISTEN_MARKER, POLL,
 };
+use std::time::Instant;
 
 // ---------------------------------------------------------------------------------------------
 // perftest
@@ -195,6 +200,58 @@ fn rping_pair(name: &str, n: u8, extra: &[&str]) {
         "the client's -V check failed".into()
     });
     out.show();
+}
+
+/// A hot-unplug under a running rping server: `rnic exec --remove-device-after` removes its
+/// RNIC while the client pings. rping's event handler answers `RDMA_CM_EVENT_DEVICE_REMOVAL`
+/// with "cma detected device removal!!!!" and the server exits with -1 (rping.c
+/// `rping_cma_event_handler`). The client hears nothing from a removed device (no DREQ, no
+/// ACK: docs/cm-semantics.md, "Device removal and address change"); with nothing of its own
+/// outstanding it waits, as on Linux, and the test kills it.
+#[test]
+fn rping_server_sees_its_device_removed_mid_run() {
+    let name = "rping_server_sees_its_device_removed_mid_run";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let net = Net::new(39);
+    let (server_ip, port) = (net.server_ip(), net.port_arg());
+    let mut server = Program::new(
+        &server_ip,
+        &[
+            "rping", "-s", "-a", &server_ip, "-p", &port, "-C", "1000000",
+        ],
+    );
+    server.exec_args = vec!["--remove-device-after".into(), "1500".into()];
+    server.env = vec![("RUST_LOG".into(), LISTEN_LOG.into())];
+    let client = Program::new(
+        &net.client_ip(),
+        &[
+            "rping", "-c", "-a", &server_ip, "-p", &port, "-v", "-C", "1000000",
+        ],
+    );
+    let deadline = Instant::now() + program_timeout();
+    let mut s = Running::spawn("server", &server).unwrap();
+    while !s.stderr_text().contains(LISTEN_MARKER) && s.poll().is_none() {
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(POLL);
+    }
+    let mut c = Running::spawn("client", &client).unwrap();
+    while s.poll().is_none() && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    c.kill();
+    let (s, c) = (s.finish(), c.finish());
+    let report = format!("{s:?}\n{c:?}");
+    assert!(
+        s.stderr.contains("cma detected device removal!!!!"),
+        "the server did not report the removal\n{report}"
+    );
+    assert_eq!(s.status.and_then(|st| st.code()), Some(255), "{report}");
+    assert!(
+        !lines_starting_with(&c.stdout, "ping data: ").is_empty(),
+        "the removal came before any ping\n{report}"
+    );
 }
 
 /// Connections of the ucmatose test.

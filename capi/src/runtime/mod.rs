@@ -70,6 +70,8 @@ pub struct Node {
     /// as there is one device, whose queue of async events every context shares
     /// ([`Runtime::async_fd`]).
     async_signal: Signal,
+    /// When the device is to be removed (`RNIC_REMOVE_DEVICE_MS`), until it is.
+    remove_at: Option<SimTime>,
 }
 
 impl Node {
@@ -139,6 +141,18 @@ impl Node {
         }
     }
 
+    /// Removes the device as a hot-unplug does: the device raises `IBV_EVENT_DEVICE_FATAL`,
+    /// flushes its QPs and answers EIO from then on; every rdma_cm id on it gets
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL` (docs/cm-semantics.md, "Device removal and address
+    /// change").
+    fn remove_device(&mut self) {
+        self.remove_at = None;
+        let (cm, dev) = self.split();
+        dev.remove();
+        let ids = cm.device_removal();
+        tracing::info!(ids = ids.len(), "device removed (RNIC_REMOVE_DEVICE_MS)");
+    }
+
     fn lose(&mut self) -> bool {
         self.drop_ppm > 0 && self.rng.below(1_000_000) < self.drop_ppm
     }
@@ -180,6 +194,7 @@ impl Endpoint for Node {
             Endpoint::poll_timeout(&self.nic),
             self.cm.poll_timeout(),
             self.held.values().min().copied(),
+            self.remove_at,
         ]
         .into_iter()
         .flatten()
@@ -193,6 +208,9 @@ impl Endpoint for Node {
         if self.cm.poll_timeout().is_some_and(|t| t <= now) {
             let (cm, dev) = self.split();
             cm.handle_timeout(dev, now);
+        }
+        if self.remove_at.is_some_and(|t| t <= now) {
+            self.remove_device();
         }
         self.poll_gsi(now);
         self.signal(now);
@@ -317,6 +335,9 @@ impl Runtime {
             resolve_ns: config.resolve_us.saturating_mul(1000),
             next_comp: 1,
             async_signal,
+            remove_at: config
+                .remove_device_ms
+                .map(|ms| SimTime::from_nanos(ms.saturating_mul(1_000_000))),
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
