@@ -209,6 +209,7 @@ fn rping_pair(name: &str, n: u8, extra: &[&str]) {
 /// ACK: docs/cm-semantics.md, "Device removal and address change"); with nothing of its own
 /// outstanding it waits, as on Linux, and the test kills it.
 #[test]
+#[allow(clippy::disallowed_methods)] // deadlines of real processes: wall-clock time, as the harness
 fn rping_server_sees_its_device_removed_mid_run() {
     let name = "rping_server_sees_its_device_removed_mid_run";
     if !tools_available(name, &["rping"]) {
