@@ -134,6 +134,7 @@ pub fn config() -> Config {
         seed: Some(0x0063_6170_6921),
         fast_timers: false,
         poison_wc: false,
+        remove_device_ms: None,
         resolve_us: 0,
         stats: None,
     }
