@@ -36,7 +36,7 @@
 //!   `rdma_destroy_id` works.
 //! * `cm_channel.c`: an O_NONBLOCK event channel gives EAGAIN; `rdma_resolve_addr` makes the
 //!   fd readable with ADDR_RESOLVED (status 0); `rdma_destroy_id` blocks until another thread
-//!   acks the id's event; a NULL channel (synchronous id) is EOPNOTSUPP (documented).
+//!   acks the id's event; a NULL channel makes a synchronous id with a private channel.
 //! * `cm_listen_unbound.c`: `rdma_listen` on an unbound id binds it to INADDR_ANY and a free
 //!   port, as Linux does.
 //! * `cm_id_event_field.c`: `id->event` of an id with a channel stays NULL, as librdmacm sets
@@ -45,6 +45,14 @@
 //!   `rdma_disconnect` puts its QP in ERR; the server gets DISCONNECTED with its QP still RTS,
 //!   its own `rdma_disconnect` flushes its 4 receives; the client gets DISCONNECTED; both get
 //!   TIMEWAIT_EXIT (status 0), as librdmacm passes it through.
+//! * `cm_sync.c` (two processes): synchronous ids. `rdma_resolve_addr`/`rdma_resolve_route`
+//!   return once resolved with `id->event` ADDR_RESOLVED/ROUTE_RESOLVED; `rdma_connect` to a
+//!   port nobody listens on is -1/ECONNREFUSED with `id->event` REJECTED; `rdma_get_request`
+//!   returns a new synchronous id (its own channel, the listener's context, `id->event` the
+//!   CONNECT_REQUEST); `rdma_accept`/`rdma_connect` return with ESTABLISHED and the QP in RTS;
+//!   `rdma_disconnect` returns with DISCONNECTED; `rdma_get_request` on a listener with a
+//!   channel is EINVAL; `rdma_migrate_id` to a channel drops `id->event`, to NULL gives a new
+//!   private channel, and to NULL again is EINVAL.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
@@ -375,7 +383,7 @@ fn cm_event_channel_and_destroy() {
         &[],
         &[
             "get_cm_event_nonblocking_eagain",
-            "create_id_null_channel_unsupported",
+            "create_id_null_channel_sync",
             "resolve_addr_event_through_poll",
             "destroy_id_waits_for_ack",
             "teardown",
@@ -484,6 +492,33 @@ fn device_removal_reaches_ids_and_context() {
             "posted_receive_flushed",
             "calls_after_removal_fail",
             "destroy_id_works",
+        ],
+    );
+}
+
+#[test]
+fn cm_synchronous_ids_two_processes() {
+    check(
+        "cm_sync",
+        50,
+        &[("RNIC_FAST_TIMERS", "1")],
+        &[
+            "server_listen",
+            "server_get_request",
+            "server_accept_blocks_until_established",
+            "server_recv",
+            "server_disconnect_blocks_until_disconnected",
+            "server_get_request_on_async_listener_einval",
+            "server_migrate_to_channel",
+            "server_migrate_to_null",
+            "server_teardown",
+            "client_resolve_blocks_until_resolved",
+            "client_connect_to_no_listener_econnrefused",
+            "client_connect_blocks_until_established",
+            "client_send",
+            "client_disconnect_blocks_until_disconnected",
+            "client_teardown",
+            "client_exit_status",
         ],
     );
 }

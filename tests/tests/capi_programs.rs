@@ -9,6 +9,8 @@
 //!   TCP (perftest's default) and again with `-R` (connected through rdma_cm);
 //! * `rping`: 100 verified ping-pongs (SEND, RDMA READ, RDMA WRITE) and the disconnect;
 //! * `ucmatose`: 10 rdma_cm connections, messages on each, disconnect;
+//! * `rdma_server`/`rdma_client`: synchronous ids (`rdma_create_ep`, `rdma_get_request`), one
+//!   message each way, disconnect;
 //! * `qperf` `rc_bw` and `rc_lat` over the RDMA CM (`-cm1`);
 //! * `udaddy` (UD through rdma_cm), ignored for now;
 //! * `rping` whose server's RNIC is removed while it pings (`rnic exec --remove-device-after`):
@@ -253,6 +255,47 @@ fn rping_server_sees_its_device_removed_mid_run() {
         !lines_starting_with(&c.stdout, "ping data: ").is_empty(),
         "the removal came before any ping\n{report}"
     );
+}
+
+/// rdma_server / rdma_client (rdma-core's librdmacm/examples/rdma_server.c, rdma_client.c):
+/// synchronous ids throughout — `rdma_getaddrinfo`, `rdma_create_ep` (the server's passive
+/// endpoint keeps the QP attributes, the client's resolves and makes its QP), `rdma_listen`,
+/// `rdma_get_request` (which makes the new id's QP), `rdma_accept`/`rdma_connect` returning
+/// once ESTABLISHED — then one 16-byte SEND each way (`rdma_post_send` with `IBV_SEND_INLINE`
+/// from an unregistered buffer, `rdma_get_send_comp`/`rdma_get_recv_comp`), `rdma_disconnect`
+/// returning with DISCONNECTED, and `rdma_destroy_ep`. Each prints `<name>: start` and
+/// `<name>: end 0` (`run()`'s result, also its exit code) after a clean run.
+#[test]
+fn rdma_server_client() {
+    let name = "rdma_server/rdma_client";
+    if !tools_available(name, &["rdma_server", "rdma_client"]) {
+        return;
+    }
+    let net = Net::new(36);
+    let (server_ip, port) = (net.server_ip(), net.port_arg());
+    let spec = PairSpec {
+        name: name.into(),
+        server: Program::new(&server_ip, &["rdma_server", "-s", &server_ip, "-p", &port]),
+        client: Program::new(
+            &net.client_ip(),
+            &["rdma_client", "-s", &server_ip, "-p", &port],
+        ),
+        ready: Ready::RdmaListen,
+        server_stays: false,
+    };
+    let out = run_pair(&spec);
+    out.assert_success();
+    for (side, stdout) in [
+        ("rdma_server", &out.server.stdout),
+        ("rdma_client", &out.client.stdout),
+    ] {
+        let lines: Vec<&str> = stdout.lines().map(str::trim).collect();
+        let want = [format!("{side}: start"), format!("{side}: end 0")];
+        out.check(lines == want, || {
+            format!("{side} printed {lines:?}, not {want:?}")
+        });
+    }
+    out.show();
 }
 
 /// Connections of the ucmatose test.

@@ -5,6 +5,7 @@
 //! the C structs, blocking on the channel's fd, and `rdma_destroy_id`'s wait for acks.
 //! Return convention: 0, or -1 with `errno`.
 
+use super::cm_sync::{complete_after, create_sync_id, only_kept_unacked, private_of, release_sync};
 use super::convert::*;
 use super::objects::{leak, registry, ChannelBox, IdBox};
 use super::verbs::cm_context;
@@ -158,11 +159,6 @@ pub unsafe extern "C" fn rdma_create_id(
         if id.is_null() {
             return fail(libc::EINVAL);
         }
-        if channel.is_null() {
-            return fail(unsupported(
-                "rdma_create_id without an event channel (synchronous id)",
-            ));
-        }
         let Some(space) = u16::try_from(ps)
             .ok()
             .and_then(|p| RdmaPortSpace::try_from(p).ok())
@@ -173,21 +169,27 @@ pub unsafe extern "C" fn rdma_create_id(
             RdmaPortSpace::Udp | RdmaPortSpace::Ipoib => IBV_QPT_UD,
             _ => IBV_QPT_RC,
         };
-        // SAFETY: `channel` came from `rdma_create_event_channel`.
-        let ch = unsafe { (*channel.cast::<ChannelBox>()).handle };
-        let made = r.with(|n, _| {
-            let h = n.split().0.create_id(ch, space)?;
-            let p = leak(IdBox::new(h, channel, context, ps, qp_type));
-            registry().ids.insert(h, p as usize);
-            Ok::<_, Error>(p)
-        });
+        let made = if channel.is_null() {
+            // A synchronous id (librdmacm `ucma_alloc_id`).
+            create_sync_id(r, context, ps, space, qp_type)
+        } else {
+            // SAFETY: `channel` came from `rdma_create_event_channel`.
+            let ch = unsafe { (*channel.cast::<ChannelBox>()).handle };
+            r.with(|n, _| {
+                let h = n.split().0.create_id(ch, space)?;
+                let p = leak(IdBox::new(h, channel, context, ps, qp_type));
+                registry().ids.insert(h, p as usize);
+                Ok::<_, Error>(p)
+            })
+            .map_err(|e| errno_of(&e))
+        };
         match made {
             Ok(p) => {
                 // SAFETY: `id` is a writable out-parameter (rdma_create_id(3)).
                 unsafe { *id = p.cast() };
                 0
             }
-            Err(e) => fail(errno_of(&e)),
+            Err(e) => fail(e),
         }
     })
 }
@@ -236,11 +238,12 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         };
         // SAFETY: `id` is an id of this library.
         unsafe {
-            id_call("rdma_resolve_addr", id, true, |n, now, h| {
+            let ret = id_call("rdma_resolve_addr", id, true, |n, now, h| {
                 n.split().0.resolve_addr(h, src, dst)?;
                 resolving(n, now, id);
                 Ok(())
-            })
+            });
+            complete_after(ret, id)
         }
     })
 }
@@ -250,11 +253,12 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
     guard("rdma_resolve_route", -1, || {
         // SAFETY: `id` is an id of this library.
         unsafe {
-            id_call("rdma_resolve_route", id, true, |n, now, h| {
+            let ret = id_call("rdma_resolve_route", id, true, |n, now, h| {
                 n.split().0.resolve_route(h)?;
                 resolving(n, now, id);
                 Ok(())
-            })
+            });
+            complete_after(ret, id)
         }
     })
 }
@@ -343,10 +347,11 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         let p = unsafe { conn_param(param, ConnParam::rping_defaults()) };
         // SAFETY: `id` is an id of this library.
         unsafe {
-            id_call("rdma_connect", id, true, |n, now, h| {
+            let ret = id_call("rdma_connect", id, true, |n, now, h| {
                 let (cm, dev) = n.split();
                 cm.connect(dev, now, h, &p)
-            })
+            });
+            complete_after(ret, id)
         }
     })
 }
@@ -394,11 +399,17 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         // SAFETY: NULL or a readable parameter block (rdma_accept(3)).
         let p = unsafe { conn_param(param, defaults) };
         // SAFETY: `id` is an id of this library.
+        // librdmacm's `rdma_accept` completes only for a connected (not UD) QP type.
         unsafe {
-            id_call("rdma_accept", id, true, |n, now, h| {
+            let ret = id_call("rdma_accept", id, true, |n, now, h| {
                 let (cm, dev) = n.split();
                 cm.accept(dev, now, h, &p)
-            })
+            });
+            if (*id).qp_type == IBV_QPT_UD {
+                ret
+            } else {
+                complete_after(ret, id)
+            }
         }
     })
 }
@@ -448,7 +459,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
                 }
             }
         }
-        r
+        // SAFETY: as above.
+        unsafe { complete_after(r, id) }
     })
 }
 
@@ -472,11 +484,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             return fail(libc::EINVAL);
         };
         // SAFETY: `id` is an id of this library.
-        let h = unsafe { idbox(id).handle };
+        let (h, private) = unsafe { (idbox(id).handle, private_of(r, id)) };
         // librdmacm blocks until every event it returned for this id is acked (another thread
-        // may fetch one more meanwhile: then wait again).
+        // may fetch one more meanwhile: then wait again), but for a synchronous call's
+        // `id->event`, which it acks itself.
         let res = loop {
-            r.wait_for_acks(|| r.with_quiet(|n, _| n.cm().unacked_events(h) == 0));
+            r.wait_for_acks(|| r.with_quiet(|n, _| only_kept_unacked(n, h)));
             let res = r.with(|n, now| {
                 let (cm, dev) = n.split();
                 cm.destroy_id(dev, now, h)
@@ -488,8 +501,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         match res {
             Ok(()) => {
                 registry().ids.remove(&h);
-                // SAFETY: as above; freed once, after the CM forgot it.
-                drop(unsafe { Box::from_raw(id.cast::<IdBox>()) });
+                // SAFETY: as above; freed once, after the CM forgot it, with its kept event
+                // and private channel.
+                unsafe {
+                    release_sync(r, id, private);
+                    drop(Box::from_raw(id.cast::<IdBox>()));
+                }
                 0
             }
             Err(e) => fail(errno_of(&e)),
@@ -552,37 +569,6 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
             Some(a) => a.port().to_be(),
             None => 0,
         }
-    })
-}
-
-/// `rdma_migrate_id(id, channel)`: the id and its unread events move to `channel`, then the
-/// call waits until every event returned for the id is acked, as librdmacm does. A NULL
-/// `channel` (making the id synchronous) is not supported (no synchronous ids here).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    channel: *mut rdma_event_channel,
-) -> c_int {
-    guard("rdma_migrate_id", -1, || {
-        let (Ok(r), false) = (rt(), id.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        if channel.is_null() {
-            return fail(unsupported(
-                "rdma_migrate_id to a synchronous channel (NULL)",
-            ));
-        }
-        // SAFETY: `id` is an id of this library, `channel` came from
-        // `rdma_create_event_channel`.
-        let (h, ch) = unsafe { (idbox(id).handle, (*channel.cast::<ChannelBox>()).handle) };
-        let res = r.with(|n, _| n.split().0.migrate_id(h, Some(ch)));
-        if let Err(e) = res {
-            return fail(errno_of(&e));
-        }
-        // SAFETY: as above.
-        unsafe { (*id).channel = channel };
-        r.wait_for_acks(|| r.with_quiet(|n, _| n.cm().unacked_events(h) == 0));
-        0
     })
 }
 

@@ -3,13 +3,13 @@
 //! id; `rdma_ack_cm_event`, `rdma_event_str`.
 
 use super::cm::refresh;
+use super::cm_sync::private_channel;
 use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
 use super::{errno_of, fail, guard, rt};
 use crate::abi::*;
-use crate::runtime::wait_token;
+use crate::runtime::{wait_token, Node};
 use cm_core::api::CmEvent;
 use libc::{c_char, c_int};
-use std::net::SocketAddr;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
@@ -44,10 +44,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 }
                 let (cm, dev) = n.split();
                 match cm.get_cm_event(dev, now, ch) {
-                    Ok(ev) => {
-                        let addrs = n.cm().addrs(ev.id);
-                        Some(make_event(ev, channel, addrs))
-                    }
+                    Ok(ev) => Some(make_event(n, ev, channel)),
                     Err(_) => None,
                 }
             });
@@ -64,12 +61,22 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 }
 
 /// The C event for `ev` (and, for a CONNECT_REQUEST, the new id), under the node lock so the
-/// registry and the CM agree.
-fn make_event(
+/// registry and the CM agree. A new id of a synchronous listener reports to a private channel
+/// of its own (librdmacm `ucma_process_conn_req` → `rdma_migrate_id(id, NULL)`), which cm-core
+/// made: its `ChannelBox` is made here.
+pub(super) fn make_event(
+    n: &mut Node,
     ev: CmEvent,
     channel: *mut rdma_event_channel,
-    addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
 ) -> *mut EventBox {
+    let addrs = n.cm().addrs(ev.id);
+    let private = match (n.cm().is_sync(ev.id), n.cm().channel_of(ev.id)) {
+        (Some(true), Some(ch)) if !registry().ids.contains_key(&ev.id) => {
+            private_channel(n, ch).ok()
+        }
+        _ => None,
+    };
+    let channel = private.unwrap_or(channel);
     let mut reg = registry();
     let listen = ev
         .listen_id

@@ -68,3 +68,45 @@ impl ExternalMemory for UserMemory {
         }
     }
 }
+
+/// Posts `wrs` on QP `qp` of PD `pd` with their inline data (`IBV_SEND_INLINE`) readable
+/// wherever it lies: ibv_post_send(3) lets inline SGEs point at any memory, read at post time
+/// and not necessarily registered (rdma_server/rdma_client send from a static array they never
+/// register), while the simulated device gathers inline data from its regions. Each inline
+/// SGE is therefore registered for the duration of the post (a region of `pd` over exactly its
+/// bytes, no access rights) and deregistered after it; the device copies the data at post
+/// time, so nothing reads the range afterwards. Errors are the device's post errors.
+///
+/// # Safety
+/// Every inline SGE of `wrs` is readable for its length (the caller's ibv_post_send(3)
+/// contract).
+pub unsafe fn post_send_with_inline(
+    dev: &mut rnic_sim::SimDevice,
+    pd: verbs_core::PdHandle,
+    qp: verbs_core::QpHandle,
+    wrs: &[verbs_core::SendWr],
+) -> Result<(), verbs_core::PostError> {
+    use verbs_core::{AccessFlags, Device, SendFlags};
+    let mut temp = Vec::new();
+    for s in wrs
+        .iter()
+        .filter(|w| w.send_flags.contains(SendFlags::INLINE))
+        .flat_map(|w| w.sg_list.iter())
+        .filter(|s| s.length > 0)
+    {
+        // SAFETY: the caller's contract: the SGE's bytes are readable during this post.
+        let mem = unsafe { UserMemory::new(s.addr as usize, s.length as usize) };
+        // A registration the device refuses (e.g. `max_mr` reached) leaves the SGE to the
+        // application's own regions, and the post reports what it reports.
+        if let Ok(mr) =
+            dev.reg_mr_external(pd, std::sync::Arc::new(mem), s.addr, AccessFlags::empty())
+        {
+            temp.push(mr.handle);
+        }
+    }
+    let res = dev.post_send(qp, wrs);
+    for h in temp {
+        let _ = dev.dereg_mr(h);
+    }
+    res
+}

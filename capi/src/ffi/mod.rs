@@ -12,7 +12,8 @@
 //! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
 //! MRs), [`async_event`] (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels,
 //! CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls),
-//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`addrinfo`] (`rdma_getaddrinfo`), and
+//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`cm_sync`] (synchronous ids,
+//! `rdma_get_request`, `rdma_migrate_id`), [`cm_ep`] (`rdma_create_ep`, `rdma_destroy_ep`), [`addrinfo`] (`rdma_getaddrinfo`), and
 //! [`calls`] (the entry points called from safe Rust in-process: tests, the fuzzer).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,8 +24,10 @@ mod addrinfo;
 mod async_event;
 pub mod calls;
 mod cm;
+mod cm_ep;
 mod cm_event;
 mod cm_qp;
+mod cm_sync;
 mod convert;
 mod cq;
 mod memory;

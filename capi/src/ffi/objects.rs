@@ -70,6 +70,9 @@ pub struct IdBox {
     pub req_resources: (u8, u8),
     /// `rdma_create_qp` made the CQs (and their channels): `rdma_destroy_qp` frees them.
     pub own_cqs: bool,
+    /// A passive endpoint's QP attributes (`rdma_create_ep` with `RAI_PASSIVE`, librdmacm's
+    /// `id_priv->qp_init_attr`): `rdma_get_request` makes each new id's QP with them.
+    pub qp_init_attr: Option<ibv_qp_init_attr>,
 }
 
 impl IdBox {
@@ -120,6 +123,7 @@ impl IdBox {
             handle,
             req_resources: (0, 0),
             own_cqs: false,
+            qp_init_attr: None,
         }
     }
 }

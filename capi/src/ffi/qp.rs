@@ -3,6 +3,7 @@
 //! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
 
 use super::convert::*;
+use super::memory::post_send_with_inline;
 use super::objects::{leak, registry, AhBox};
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
 use crate::abi::*;
@@ -291,10 +292,11 @@ pub(super) unsafe extern "C" fn rnic_post_send(
             ptrs.push(p);
             p = w.next;
         }
-        // SAFETY: a live QP of this library.
-        let h = QpHandle(unsafe { (*qp).handle });
+        // SAFETY: a live QP of this library, whose PD is live.
+        let (h, pd) = unsafe { (QpHandle((*qp).handle), PdHandle((*(*qp).pd).handle)) };
         post_prefix(bad_wr, wr, &ptrs, refused, || {
-            r.with(|n, _| n.dev().post_send(h, &wrs))
+            // SAFETY: ibv_post_send(3): inline SGEs are readable during the post.
+            r.with(|n, _| unsafe { post_send_with_inline(n.dev(), pd, h, &wrs) })
         })
     })
 }

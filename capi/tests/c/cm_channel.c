@@ -58,13 +58,18 @@ int main(void)
 		rc);
 	ok();
 
-	/* rdma-core creates a synchronous id for a NULL channel (cma.c:739-743 in
-	 * rdma_create_id2: `if (!channel) { ... id_priv->sync = 1;`); this
-	 * library does not implement synchronous ids and says so (docs/capi.md). */
-	begin("create_id_null_channel_unsupported");
-	errno = 0;
+	/* rdma-core creates a synchronous id for a NULL channel: a private channel of its own
+	 * (rdma-core librdmacm/cma.c ucma_alloc_id: `if (!channel) { id_priv->id.channel =
+	 * rdma_create_event_channel(); ... id_priv->sync = 1; }`), no event kept yet;
+	 * rdma_destroy_id destroys that channel (ucma_free_id). cm_sync.c tests such ids. */
+	begin("create_id_null_channel_sync");
 	rc = rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
-	REQUIRE(rc == -1 && errno == EOPNOTSUPP, "rdma_create_id(NULL channel) returned %d", rc);
+	REQUIRE(rc == 0, "rdma_create_id(NULL channel) returned %d", rc);
+	REQUIRE(id->channel != NULL && id->channel != ch && id->channel->fd >= 0,
+		"the synchronous id has no private channel");
+	REQUIRE(id->event == NULL, "a new synchronous id has an event");
+	REQUIRE(rdma_destroy_id(id) == 0, "rdma_destroy_id of a synchronous id");
+	id = NULL;
 	ok();
 
 	begin("resolve_addr_event_through_poll");

@@ -7,7 +7,7 @@ use rnic::calls::{Kind, Ret, SockAddr, CM_CHANNELS};
 
 use super::{
     want, Cm, Harness, IdM, AF_IB, AF_INET, AF_INET6, EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT,
-    EINVAL, EOPNOTSUPP,
+    EINVAL,
 };
 
 impl Harness {
@@ -31,12 +31,9 @@ impl Harness {
             return;
         };
         let known = [RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB, RDMA_PS_IPOIB].contains(&psv);
-        let w = if null {
-            want(&[EINVAL])
-        } else if chan.is_none() {
-            // Synchronous ids are not implemented (docs/capi.md).
-            want(&[EOPNOTSUPP])
-        } else if !known {
+        // A NULL channel makes a synchronous id (librdmacm `ucma_alloc_id`), destroyed again
+        // below.
+        let w = if null || !known {
             want(&[EINVAL])
         } else {
             want(&[0])
@@ -47,6 +44,14 @@ impl Harness {
             errno: m.errno,
         };
         self.neg1_ret("rdma_create_id", r, &w);
+        if chan.is_none() && m.slot.is_some() {
+            // The model follows ids with a channel only: a synchronous id goes at once, and
+            // its destroy (no event kept yet, its private channel with it) succeeds.
+            if let Some(d) = self.c.destroy_id(m.slot) {
+                self.neg1_ret("rdma_destroy_id (synchronous)", d, &want(&[0]));
+            }
+            return;
+        }
         if let (Some(s), Some(ch)) = (m.slot, chan) {
             self.ids.insert(
                 s,
