@@ -230,5 +230,5 @@ mod destroy;
 mod handshake_and_disconnect_rows;
 mod lost_and_rejected;
 mod sequences;
-mod world_knobs;
 mod srq;
+mod world_knobs;

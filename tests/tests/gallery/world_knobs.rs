@@ -2,7 +2,6 @@
 //! uses the World: per-host CM timers, targeted drops and delays of one chosen message (CM or
 //! RC), a late accept that draws an MRA, and deep posts beyond the base 32 WR slots.
 
-
 use cm_core::api::CmEventType;
 use cm_core::wire::{
     CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA, CM_REQ_ATTR_ID as REQ,
