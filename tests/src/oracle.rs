@@ -36,6 +36,30 @@
 //!   TimeWait (DISCONNECTED after a DREP, with −110, or answered by a disconnect call) gets
 //!   TIMEWAIT_EXIT; nothing is left armed (L3). Ids destroyed, of hosts that crashed, or of
 //!   applications that never read events are exempt.
+//!
+//! The device's async events and the CM's disruptions (`oracle/device_events.rs`;
+//! docs/semantics-verbs.md "Async events", "Shared receive queues", "CQ overrun";
+//! docs/cm-semantics.md "Device removal and address change"), by invariant:
+//! * **S1** (at most once, nothing after the end): no event on an id after its
+//!   DEVICE_REMOVAL; no second ESTABLISHED on an id (also after `rdma_notify`); COMM_EST at
+//!   most once per QP per life (a World QP enters RTR once); DEVICE_FATAL at most once per
+//!   device life.
+//! * **S2**: a receive posted to a host's SRQ ([`SRQ_QPN`]) completes on whichever QP of the
+//!   host took it; one never taken needs no completion (it goes with the SRQ). WRs of a
+//!   removed device are flushed (its CQs stay readable) and still need their one completion.
+//! * **S4** (ERR and flush order): LAST_WQE_REACHED at most once per QP (per entry to ERR)
+//!   and no receive completion of the QP after it (it follows the QP's last flush); QP_FATAL
+//!   only after a CQ_ERR of one of the host's CQs (every World QP shares them).
+//! * **S5** (cause and wire): DEVICE_REMOVAL and DEVICE_FATAL only after the host's device was
+//!   removed, ADDR_CHANGE (status 0) only after its address changed; a host whose device was
+//!   removed sends no MAD and no RC packet afterwards. Its peer hears nothing: its DREQs retry
+//!   out, DISCONNECTED −110 after `1 + max_cm_retries` DREQs (the usual S5 rule).
+//! * **S7** (errnos): after a removal, verbs (posts, `ibv_modify_qp`) return EIO, calls on an
+//!   id that got DEVICE_REMOVAL return ENXIO (or EIO where librdmacm touches the QP first),
+//!   other rdma_cm calls fail; `rdma_ack_cm_event` and `rdma_destroy_id` keep their rules.
+//!   `rdma_notify` returns 0 only on an id not ESTABLISHED yet, else EISCONN/EINVAL/ENXIO/EIO.
+//! * **L1–L3**: a host whose device was removed is exempt, as one that crashed. ADDR_CHANGE
+//!   changes no state: its ids are checked by every rule above exactly as without it.
 
 use crate::world::{Call, Entry, Fault, History, Op, Queue, Record, SRQ_QPN};
 use cm_core::api::CmEventType as E;
@@ -751,3 +775,5 @@ pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_device;
