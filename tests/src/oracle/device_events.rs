@@ -64,23 +64,17 @@ impl Checker {
                     v.push((Invariant::S5, "DEVICE_FATAL without a removal".into()));
                 }
             }
-            (A::CommEst, AsyncOn::Qp(qpn)) => {
-                if !d.comm_est.insert(qpn) {
-                    v.push((Invariant::S1, format!("a second COMM_EST on QP {qpn:#x}")));
-                }
+            (A::CommEst, AsyncOn::Qp(qpn)) if !d.comm_est.insert(qpn) => {
+                v.push((Invariant::S1, format!("a second COMM_EST on QP {qpn:#x}")));
             }
-            (A::QpLastWqeReached, AsyncOn::Qp(qpn)) => {
-                if !d.last_wqe.insert(qpn) {
-                    v.push((
-                        Invariant::S4,
-                        format!("a second LAST_WQE_REACHED on QP {qpn:#x}"),
-                    ));
-                }
+            (A::QpLastWqeReached, AsyncOn::Qp(qpn)) if !d.last_wqe.insert(qpn) => {
+                v.push((
+                    Invariant::S4,
+                    format!("a second LAST_WQE_REACHED on QP {qpn:#x}"),
+                ));
             }
-            (A::QpFatal, _) => {
-                if !cq_err {
-                    v.push((Invariant::S4, "QP_FATAL without a CQ_ERR before".into()));
-                }
+            (A::QpFatal, _) if !cq_err => {
+                v.push((Invariant::S4, "QP_FATAL without a CQ_ERR before".into()));
             }
             _ => {}
         }
