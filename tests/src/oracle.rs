@@ -36,8 +36,32 @@
 //!   TimeWait (DISCONNECTED after a DREP, with −110, or answered by a disconnect call) gets
 //!   TIMEWAIT_EXIT; nothing is left armed (L3). Ids destroyed, of hosts that crashed, or of
 //!   applications that never read events are exempt.
+//!
+//! The device's async events and the CM's disruptions (`oracle/device_events.rs`;
+//! docs/semantics-verbs.md "Async events", "Shared receive queues", "CQ overrun";
+//! docs/cm-semantics.md "Device removal and address change"), by invariant:
+//! * **S1** (at most once, nothing after the end): no event on an id after its
+//!   DEVICE_REMOVAL; no second ESTABLISHED on an id (also after `rdma_notify`); COMM_EST at
+//!   most once per QP per life (a World QP enters RTR once); DEVICE_FATAL at most once per
+//!   device life.
+//! * **S2**: a receive posted to a host's SRQ ([`SRQ_QPN`]) completes on whichever QP of the
+//!   host took it; one never taken needs no completion (it goes with the SRQ). WRs of a
+//!   removed device are flushed (its CQs stay readable) and still need their one completion.
+//! * **S4** (ERR and flush order): LAST_WQE_REACHED at most once per QP (per entry to ERR)
+//!   and no receive completion of the QP after it (it follows the QP's last flush); QP_FATAL
+//!   only after a CQ_ERR of one of the host's CQs (every World QP shares them).
+//! * **S5** (cause and wire): DEVICE_REMOVAL and DEVICE_FATAL only after the host's device was
+//!   removed, ADDR_CHANGE (status 0) only after its address changed; a host whose device was
+//!   removed sends no MAD and no RC packet afterwards. Its peer hears nothing: its DREQs retry
+//!   out, DISCONNECTED −110 after `1 + max_cm_retries` DREQs (the usual S5 rule).
+//! * **S7** (errnos): after a removal, verbs (posts, `ibv_modify_qp`) return EIO, calls on an
+//!   id that got DEVICE_REMOVAL return ENXIO (or EIO where librdmacm touches the QP first),
+//!   other rdma_cm calls fail; `rdma_ack_cm_event` and `rdma_destroy_id` keep their rules.
+//!   `rdma_notify` returns 0 only on an id not ESTABLISHED yet, else EISCONN/EINVAL/ENXIO/EIO.
+//! * **L1–L3**: a host whose device was removed is exempt, as one that crashed. ADDR_CHANGE
+//!   changes no state: its ids are checked by every rule above exactly as without it.
 
-use crate::world::{Call, Entry, Fault, History, Op, Queue, Record};
+use crate::world::{Call, Entry, Fault, History, Op, Queue, Record, SRQ_QPN};
 use cm_core::api::CmEventType as E;
 use cm_core::wire::{
     RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA,
@@ -47,6 +71,7 @@ use rnic_sim::fabric::DropReason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{SimTime, WcStatus};
 
+mod device_events;
 mod sometimes;
 mod violation;
 pub use sometimes::Sometimes;
@@ -77,6 +102,10 @@ struct IdState {
     /// REJECTED was reported (a REJ in ESTABLISHED/DREQ_SENT: TimeWait without DISCONNECTED,
     /// cm-spec §4.5).
     rejected: bool,
+    /// DEVICE_REMOVAL was reported: no event may follow, every call but destroy fails.
+    removed: bool,
+    /// `rdma_notify` returned 0 on it.
+    notified: bool,
 }
 
 #[derive(Debug)]
@@ -109,6 +138,8 @@ struct HostState {
     mra_tx: BTreeSet<u32>,
     /// The host's send / receive CQ overran (CQ_ERR): its completions may be lost.
     cq_err: [bool; 2],
+    /// The device's async events and removal (`oracle/device_events.rs`).
+    dev: device_events::DevState,
 }
 
 /// The one-pass checker. See the module docs.
@@ -185,6 +216,9 @@ impl Checker {
             Record::Fault(Fault::Delayed { .. }) => self.sometimes.targeted_delay = true,
             Record::Fault(Fault::Duplicated { .. } | Fault::Corrupted { .. }) => {}
             Record::Wire { tx, peer, msg } => {
+                if tx {
+                    self.removed_tx(e, msg);
+                }
                 if tx || !self.is_hostile(peer) {
                     self.wire(e, tx, msg);
                 }
@@ -235,6 +269,10 @@ impl Checker {
                 hs.ready.insert(qpn);
             }
             Record::CqErr { queue } => self.host(h).cq_err[queue as usize] = true,
+            Record::Async { event, on } => self.async_event(e, event, on),
+            Record::Fault(f @ (Fault::DeviceRemoved { .. } | Fault::AddressChange)) => {
+                self.device_fault(e, f)
+            }
         }
     }
 
@@ -303,13 +341,39 @@ impl Checker {
         if event == E::Unreachable && status == -110 && self.setup_msg_dropped {
             self.sometimes.cm_retries_exhausted_by_targeted_drop = true;
         }
+        let (removal, changed) = {
+            let d = &self.host(e.host).dev;
+            (d.removed, d.addr_changes)
+        };
         let id = self.ids.entry(key).or_default();
         if comm_id != 0 {
             id.comm_id = comm_id;
         }
         id.unacked += 1;
         let mut v: Vec<(Invariant, String)> = Vec::new();
+        if id.removed {
+            v.push((Invariant::S1, format!("{event:?} after DEVICE_REMOVAL")));
+        }
         match event {
+            E::DeviceRemoval => {
+                id.removed = true;
+                self.sometimes.device_removed = true;
+                if !removal || status != 0 {
+                    v.push((
+                        Invariant::S5,
+                        format!("DEVICE_REMOVAL (status {status}) without a device removal"),
+                    ));
+                }
+            }
+            E::AddrChange => {
+                self.sometimes.addr_change = true;
+                if changed == 0 || status != 0 {
+                    v.push((
+                        Invariant::S5,
+                        format!("ADDR_CHANGE (status {status}) without an address change"),
+                    ));
+                }
+            }
             E::ConnectRequest => id.has_cm_id = true,
             E::Rejected => {
                 id.rejected = true;
@@ -327,6 +391,10 @@ impl Checker {
                 if id.disconnected > 0 {
                     v.push((Invariant::S1, "ESTABLISHED after DISCONNECTED".into()));
                 }
+                if id.established {
+                    v.push((Invariant::S1, "a second ESTABLISHED".into()));
+                }
+                self.sometimes.comm_est_notify_established |= id.notified;
                 self.sometimes.mra_then_established |= mra_sent;
                 id.established = true;
             }
@@ -397,6 +465,9 @@ impl Checker {
                 );
             }
         };
+        if self.removed_call(e, call, errno) {
+            return;
+        }
         match call {
             Call::Connect { id, qpn, .. } => {
                 if errno == 0 {
@@ -475,6 +546,7 @@ impl Checker {
                 expect(self, want, "ibv_post");
             }
             Call::QpToErr { .. } => expect(self, 0, "ibv_modify_qp(ERR)"),
+            Call::Notify { id } => self.notify_call(e, id, errno),
         }
     }
 
@@ -502,6 +574,9 @@ impl Checker {
     ) {
         let key = (e.host, e.epoch, qpn, queue);
         let seen_err = self.host(e.host).err.contains(&qpn);
+        if queue == Queue::Recv {
+            self.recv_completion(e, qpn);
+        }
         if let Some(n) = self.outstanding.get_mut(&key) {
             *n = n.saturating_sub(1);
         }
@@ -516,7 +591,9 @@ impl Checker {
                 if w.done > 1 {
                     v.push((Invariant::S2, format!("WR {wr_id} completed twice")));
                 }
-                if w.key != key {
+                let srq_taken =
+                    w.key.2 == SRQ_QPN && (w.key.0, w.key.1, w.key.3) == (key.0, key.1, key.3);
+                if w.key != key && !srq_taken {
                     v.push((
                         Invariant::S2,
                         format!("WR {wr_id} completed on another queue"),
@@ -574,10 +651,14 @@ impl Checker {
     fn finish(&mut self, history: &History) {
         self.settle_disconnects(None);
         let end = history.entries.last().map_or(SimTime::ZERO, |e| e.at);
-        let alive = |hosts: &[HostState], h: u8, ep: u8| {
+        let running = |hosts: &[HostState], h: u8, ep: u8| {
             hosts
                 .get(usize::from(h))
                 .is_some_and(|s| s.epoch == ep && !s.dead)
+        };
+        // L1–L3 exempt a host whose device was removed, as one that crashed.
+        let alive = |hosts: &[HostState], h: u8, ep: u8| {
+            running(hosts, h, ep) && hosts.get(usize::from(h)).is_some_and(|s| !s.dev.removed)
         };
         let deaf = |h: u8| history.deaf.get(usize::from(h)).copied().unwrap_or(false);
         let mut v: Vec<Violation> = Vec::new();
@@ -594,9 +675,12 @@ impl Checker {
                     hs.get(usize::from(w.key.0))
                         .is_some_and(|s| s.cq_err[w.key.3 as usize])
                 };
+                // A receive still in an SRQ is not completed: it goes with the SRQ.
+                let in_srq = w.key.2 == SRQ_QPN;
                 if w.done == 0
-                    && alive(&self.hosts, w.key.0, w.key.1)
+                    && running(&self.hosts, w.key.0, w.key.1)
                     && !lost_to_overrun(&self.hosts)
+                    && !in_srq
                 {
                     v.push(mk(
                         Invariant::S2,
@@ -654,6 +738,7 @@ impl Checker {
                 }
             }
         }
+        self.removed_sent_nothing(history, end);
         if history.healed_at.is_some() && !history.quiescent {
             v.push(mk(
                 Invariant::L3,
@@ -690,3 +775,5 @@ pub fn check_with_sometimes(history: &History) -> (Vec<Violation>, Sometimes) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_device;

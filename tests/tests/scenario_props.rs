@@ -1100,6 +1100,8 @@ fn action_strategy(h: usize) -> impl Strategy<Value = Action> {
         1 => Just(Action::DestroyInsteadOfDisconnect),
         1 => prop::option::of((1..=100u64).prop_map(|us| us * US))
             .prop_map(|restart_after_ns| Action::Crash { restart_after_ns }),
+        1 => Just(Action::RemoveDevice),
+        1 => Just(Action::AddressChange),
     ]
 }
 
@@ -1183,6 +1185,8 @@ fn scenario_strategy() -> impl Strategy<Value = Scenario> {
                     hostile: None,
                     host_cm: Vec::new(),
                     msg_faults: Vec::new(),
+                    host_app: Vec::new(),
+                    cq_entries: 1024,
                 }
             },
         )

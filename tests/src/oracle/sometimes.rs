@@ -32,11 +32,23 @@ pub struct Sometimes {
     pub cm_retries_exhausted_by_targeted_drop: bool,
     /// More than 32 WRs (the World's former slot count) were outstanding on one queue.
     pub deep_post: bool,
+    /// An SRQ's armed limit was crossed: `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    pub srq_limit_reached: bool,
+    /// A QP on an SRQ entered ERR: `IBV_EVENT_QP_LAST_WQE_REACHED`.
+    pub last_wqe_reached: bool,
+    /// A QP's completion overran its CQ: `IBV_EVENT_QP_FATAL` (after CQ_ERR).
+    pub qp_fatal: bool,
+    /// A passive id got ESTABLISHED after its application answered COMM_EST with `rdma_notify` (the RTU had not arrived).
+    pub comm_est_notify_established: bool,
+    /// An id got `RDMA_CM_EVENT_DEVICE_REMOVAL` (its host's device was removed).
+    pub device_removed: bool,
+    /// An id got `RDMA_CM_EVENT_ADDR_CHANGE`.
+    pub addr_change: bool,
 }
 
 impl Sometimes {
     /// The number of situations.
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 19;
 
     /// The snake_case names, in field order.
     pub const NAMES: [&'static str; Self::COUNT] = [
@@ -53,6 +65,12 @@ impl Sometimes {
         "targeted_delay",
         "cm_retries_exhausted_by_targeted_drop",
         "deep_post",
+        "srq_limit_reached",
+        "last_wqe_reached",
+        "qp_fatal",
+        "comm_est_notify_established",
+        "device_removed",
+        "addr_change",
     ];
 
     /// The flags, in field order.
@@ -71,6 +89,12 @@ impl Sometimes {
             self.targeted_delay,
             self.cm_retries_exhausted_by_targeted_drop,
             self.deep_post,
+            self.srq_limit_reached,
+            self.last_wqe_reached,
+            self.qp_fatal,
+            self.comm_est_notify_established,
+            self.device_removed,
+            self.addr_change,
         ]
     }
 }

@@ -225,6 +225,8 @@ impl Scenario {
             .chance(HOSTILE_SHARE)
             .then(|| Hostile::generate(rng, unit));
         let knobs = super::knobs::draw(rng, unit, fast_timers, &mut a, &mut p);
+        let mut msg_faults = knobs.msg_faults;
+        let ev = super::event_knobs::draw(rng, unit, &mut a, &mut p, &mut msg_faults);
         Scenario {
             seed,
             hosts: vec![
@@ -249,7 +251,9 @@ impl Scenario {
             rnr_retry,
             hostile,
             host_cm: knobs.host_cm,
-            msg_faults: knobs.msg_faults,
+            msg_faults,
+            host_app: ev.host_app,
+            cq_entries: ev.cq_entries,
         }
     }
 }

@@ -17,18 +17,24 @@
 
 pub use crate::oracle::Sometimes;
 use crate::oracle::{self, Violation};
-use crate::world::{attr_name, EventMode, HostCm, MsgAction, MsgFault, Occurrence, Op, World};
+use crate::world::{
+    attr_name, EventMode, HostApp, HostCm, MsgAction, MsgFault, Occurrence, Op, World,
+};
 use cm_core::api::CmEventType;
 use rnic_sim::fabric::{Delay, FaultPlan, Jitter, Partition, PathFaults, DEFAULT_LATENCY_NS};
 use rnic_sim::rng::Rng;
 use std::fmt::Write as _;
 use verbs_core::SimTime;
 
+mod event_knobs;
 mod generate;
 mod hostile;
 mod knobs;
 mod replay;
 mod runner;
+pub use event_knobs::{
+    ADDR_CHANGE_SHARE, CQ_OVERRUN_SHARE, NOTIFY_SHARE, REMOVE_DEVICE_SHARE, SRQ_SHARE,
+};
 use generate::pick;
 pub use hostile::{Attack, CmKind, Forgery, Hostile};
 pub use knobs::{DEEP_POST_SHARE, HOST_CM_SHARE, LATE_ACCEPT_SHARE, MSG_FAULT_SHARE};
@@ -98,6 +104,10 @@ pub enum Action {
         /// Down time, ns.
         restart_after_ns: Option<u64>,
     },
+    /// The host's device is removed now ([`World::remove_device`]).
+    RemoveDevice,
+    /// The hardware address under the host's CM changes now ([`World::address_change`]).
+    AddressChange,
 }
 
 /// One scripted step.
@@ -210,6 +220,11 @@ pub struct Scenario {
     pub host_cm: Vec<HostCm>,
     /// Targeted message faults (see [`MsgFault`]); removed at the heal.
     pub msg_faults: Vec<MsgFault>,
+    /// Per-host application behaviours (see [`HostApp`]: an SRQ, `rdma_notify` on COMM_EST).
+    pub host_app: Vec<HostApp>,
+    /// CQEs of each host's CQs (see [`WorldConfig::cq_entries`](crate::world::WorldConfig));
+    /// 1024 unless drawn small to overrun them.
+    pub cq_entries: u32,
 }
 
 impl Scenario {
@@ -260,6 +275,18 @@ impl Scenario {
                 MsgAction::Delay { ns } => format!("delay {}us", ns / US),
             };
             let _ = write!(s, " | {what} {which} {} of h{}", attr_name(f.attr), f.from);
+        }
+        for (h, a) in self.host_app.iter().enumerate() {
+            if *a != HostApp::default() {
+                let _ = write!(
+                    s,
+                    " | h{h} app(srq={},limit={},notify={})",
+                    a.srq, a.srq_limit, a.notify_on_comm_est
+                );
+            }
+        }
+        if self.cq_entries != 1024 {
+            let _ = write!(s, " | cq_entries={}", self.cq_entries);
         }
         if let Some(x) = &self.hostile {
             let _ = write!(s, " | h{} hostile:{}", self.hosts.len(), x.describe());

@@ -54,12 +54,13 @@ pub fn run(scenario: &Scenario, capture: bool) -> Result<World, verbs_core::Erro
         fast_timers: scenario.fast_timers,
         capture,
         rnr_retry: scenario.rnr_retry,
-        cq_entries: 1024,
+        cq_entries: scenario.cq_entries,
         host_cm: scenario.host_cm.clone(),
         msg_faults: scenario.msg_faults.clone(),
         qp_depth: 64,
         // Room for a deep post (more than the 32 slots of the base layout).
         wr_slots: if deep(scenario) { 64 } else { SLOTS as u32 },
+        host_app: scenario.host_app.clone(),
     };
     let mut w = World::new(cfg)?;
     for (h, s) in scenario.hosts.iter().enumerate() {
@@ -238,6 +239,12 @@ fn drive(w: &mut World, scenario: &Scenario, rs: &mut [Runner], h: usize) -> boo
                 let _ = w.destroy(c);
                 let _ = w.qp_to_err(c);
             }
+        }
+        Action::RemoveDevice => {
+            let _ = w.remove_device(h);
+        }
+        Action::AddressChange => {
+            let _ = w.address_change(h);
         }
         Action::Crash { restart_after_ns } => {
             if w.crash(h, restart_after_ns).is_ok() {

@@ -23,7 +23,11 @@ impl World {
     fn qp_init(&self, h: usize) -> QpInitAttr {
         let a = &self.apps[h];
         let depth = self.cfg.qp_depth;
-        QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(depth, 1, 0), true)
+        let init = QpInitAttr::rc(a.send_cq, a.recv_cq, QpCap::uniform(depth, 1, 0), true);
+        match a.srq {
+            Some(srq) => init.with_srq(srq),
+            None => init,
+        }
     }
 
     fn conn_param(&self) -> ConnParam {
@@ -174,6 +178,7 @@ impl World {
         })??;
         let epoch = self.apps[h].epoch;
         self.qps.insert((h, epoch, qp.qp_num), (qp, false));
+        self.passive_ids.insert((h, epoch, qp.qp_num), id);
         self.record(
             h,
             Record::Call {

@@ -1,6 +1,7 @@
 //! The World's configuration ([`WorldConfig`]), its fixed layout (the CM port, the memory
 //! region's slots) and host addressing.
 
+use super::host_app::HostApp;
 use super::targeted::MsgFault;
 use cm_core::engine::CmConfig;
 use rnic_sim::fabric::{FaultPlan, PathFaults};
@@ -82,6 +83,9 @@ pub struct WorldConfig {
     /// slots is refused by the World ([`WorldError::OutOfSlots`](super::WorldError)); size it
     /// to the WRs you keep outstanding, e.g. with [`with_qp_depth`](Self::with_qp_depth).
     pub wr_slots: u32,
+    /// Per-host application behaviours ([`HostApp`]: an SRQ, `rdma_notify` on COMM_EST), by
+    /// host index (a host past the end has the default), in every life of the host.
+    pub host_app: Vec<HostApp>,
 }
 
 /// Per-host overrides of the CM's timers ([`WorldConfig::host_cm`]), as a Linux host's
@@ -115,6 +119,7 @@ impl WorldConfig {
             msg_faults: Vec::new(),
             qp_depth: 64,
             wr_slots: SLOTS as u32,
+            host_app: Vec::new(),
         }
     }
 
@@ -131,6 +136,21 @@ impl WorldConfig {
     pub fn with_msg_fault(mut self, f: MsgFault) -> Self {
         self.msg_faults.push(f);
         self
+    }
+
+    /// The same with host `h`'s application built as `app` says.
+    pub fn with_host_app(mut self, h: usize, app: HostApp) -> Self {
+        if self.host_app.len() <= h {
+            self.host_app.resize(h + 1, HostApp::default());
+        }
+        self.host_app[h] = app;
+        self
+    }
+
+    /// Host `h`'s application behaviours (the default past the end of
+    /// [`host_app`](Self::host_app)).
+    pub fn app_of(&self, h: usize) -> HostApp {
+        self.host_app.get(h).copied().unwrap_or_default()
     }
 
     /// The same with QPs of `depth` send and receive WRs and enough WR slots

@@ -1,5 +1,5 @@
 //! Faults the World injects: crashes (with restart and amnesia), partitions, targeted message
-//! faults ([`MsgFault`]), and healing.
+//! faults ([`MsgFault`]), device removal, address change, and healing.
 //!
 //! A new kind of fault plugs in here: a `World` method that changes the simulation now (or
 //! schedules it in the fabric's plan), records a [`Fault`] variant for the history (with its
@@ -42,6 +42,49 @@ impl World {
             self.apps[h] = self.create_app(h, epoch)?;
             self.apps[h].mode = mode;
         }
+        Ok(())
+    }
+
+    /// Removes host `h`'s device now (hot-unplug): `SimDevice::remove` (DEVICE_FATAL, every QP
+    /// to ERR with its WRs flushed, every later verbs call but `poll_cq` EIO, nothing sent or
+    /// received) then `RdmaCm::device_removal` (DEVICE_REMOVAL to every attached id, every
+    /// later call on it but `rdma_destroy_id` ENXIO, no MAD sent). Recorded as
+    /// [`Fault::DeviceRemoved`]; the application goes on reading its events and CQs. The peers
+    /// hear nothing (docs/cm-semantics.md "Device removal and address change"). A crash with
+    /// restart brings a fresh device.
+    ///
+    /// # Errors
+    /// EINVAL for an unknown host.
+    pub fn remove_device(&mut self, h: usize) -> Result<(), Error> {
+        self.observe();
+        let rc_sent = self.history.rc_packets.get(h).copied().unwrap_or(0);
+        let node = self.node_mut(h)?;
+        let (cm, dev) = node.host.split();
+        dev.remove();
+        cm.device_removal();
+        self.record(h, Record::Fault(Fault::DeviceRemoved { rc_sent }));
+        self.observe();
+        Ok(())
+    }
+
+    /// Whether host `h`'s device (this life) was removed ([`remove_device`](Self::remove_device)).
+    pub fn is_removed(&self, h: usize) -> bool {
+        self.sim
+            .endpoint(h)
+            .is_some_and(|n| n.host.cm().device_removed())
+    }
+
+    /// The hardware address under host `h`'s CM changes now (a bonding failover):
+    /// `RdmaCm::address_change` gives every attached, accepted id ADDR_CHANGE (status 0) and
+    /// changes nothing else. Recorded as [`Fault::AddressChange`].
+    ///
+    /// # Errors
+    /// EINVAL for an unknown host.
+    pub fn address_change(&mut self, h: usize) -> Result<(), Error> {
+        self.observe();
+        self.node_mut(h)?.host.split().0.address_change();
+        self.record(h, Record::Fault(Fault::AddressChange));
+        self.observe();
         Ok(())
     }
 

@@ -48,4 +48,15 @@ pub enum Fault {
         /// Restart time in ns.
         restart_ns: Option<u64>,
     },
+    /// The host's device was removed ([`World::remove_device`](super::World::remove_device)):
+    /// `SimDevice::remove` then `RdmaCm::device_removal`. `rc_sent` is the number of RC
+    /// packets the host had sent until then ([`History::rc_packets`](super::History)): it
+    /// sends none afterwards.
+    DeviceRemoved {
+        /// RC packets sent before the removal (all lives of the host).
+        rc_sent: u64,
+    },
+    /// The hardware address under the host's CM changed
+    /// ([`World::address_change`](super::World::address_change)): `RdmaCm::address_change`.
+    AddressChange,
 }

@@ -2,7 +2,7 @@
 
 use super::fault::Fault;
 use super::ops::Call;
-use super::record::{Entry, Record};
+use super::record::{AsyncOn, Entry, Record};
 use super::wire::WireMsg;
 use verbs_core::SimTime;
 
@@ -124,6 +124,7 @@ pub(super) fn hash_entry(h: &mut WordHash, e: &Entry) {
                 Call::Ack { id, event } => (7, id, event as u32),
                 Call::Post { qpn, op, n } => (8, qpn, n << 4 | op as u32),
                 Call::QpToErr { qpn } => (9, qpn, 0),
+                Call::Notify { id } => (10, id, 0),
             };
             h.write_u8(tag);
             h.write_u64(u64::from(a) << 32 | u64::from(b));
@@ -212,11 +213,28 @@ pub(super) fn hash_entry(h: &mut WordHash, e: &Entry) {
                     h.write_u8(3);
                     h.write_u64(restart_ns.map_or(u64::MAX, |t| t));
                 }
+                Fault::DeviceRemoved { rc_sent } => {
+                    h.write_u8(7);
+                    h.write_u64(rc_sent);
+                }
+                Fault::AddressChange => h.write_u8(8),
             }
         }
         Record::CqErr { queue } => {
             h.write_u8(9);
             h.write_u8(queue as u8);
+        }
+        Record::Async { event, on } => {
+            h.write_u8(10);
+            h.write_u8(event as u8);
+            let (tag, v) = match on {
+                AsyncOn::Qp(qpn) => (1, u64::from(qpn)),
+                AsyncOn::Cq(q) => (2, q as u64),
+                AsyncOn::Srq => (3, 0),
+                AsyncOn::Device => (4, 0),
+                AsyncOn::Other => (5, 0),
+            };
+            h.write_u64(tag << 32 | v);
         }
     }
 }

@@ -12,14 +12,16 @@
 //!   SEND/WRITE payload is 8 bytes of `wr_id` then bytes derived from `(seed, wr_id)`
 //!   ([`payload_byte`]); a READ reads the peer's READ region, filled from `(seed, host)`;
 //! * every CM event read ([`Record::Event`]), with the id's local comm ID and TimeWait;
-//! * every QP the application sees move to ERR ([`Record::QpErr`]), and every overrun of its
-//!   CQs (the async event CQ_ERR, [`Record::CqErr`]; other async events are read and dropped);
+//! * every QP the application sees move to ERR ([`Record::QpErr`]), every overrun of its
+//!   CQs (the async event CQ_ERR, [`Record::CqErr`]) and every other async event of its
+//!   device ([`Record::Async`]: COMM_EST, QP_FATAL, LAST_WQE_REACHED, SRQ_LIMIT_REACHED,
+//!   DEVICE_FATAL, …; `world/async_events.rs`);
 //! * every CM MAD sent or received ([`Record::Wire`]): attribute, comm IDs, REJ reason. They
 //!   are read from the raw datagram in the host's [`Endpoint`] wrapper (a few byte loads, no
 //!   decode); RC packets are only counted ([`History::rc_packets`]);
 //! * faults ([`Record::Fault`]): the fabric's drops (with reason) and duplicates, read
 //!   incrementally from the fabric trace and matched to the datagram by the sender's send
-//!   order; crashes and restarts.
+//!   order; crashes and restarts; device removals and address changes (`world/disrupt.rs`).
 //!
 //! Nothing is formatted while running: records are small `Copy` enums; text is made only on
 //! replay ([`Entry`]'s `Display`).
@@ -49,6 +51,7 @@
 //! [`oracle`]: crate::oracle
 //! [`Endpoint`]: rnic_sim::fabric::Endpoint
 
+mod async_events;
 mod calls;
 mod config;
 mod conn;
@@ -57,6 +60,7 @@ mod error;
 mod fault;
 mod forge;
 mod history;
+mod host_app;
 mod inspect;
 mod node;
 mod observe;
@@ -77,10 +81,11 @@ pub use forge::{
     forged_ack, forged_req, forged_send, forged_write, write_slot, FORGED_TID, FORGED_WORD,
 };
 pub use history::{History, WordHash};
+pub use host_app::{HostApp, SRQ_QPN};
 pub use node::Node;
 pub use ops::{Call, EventMode, Op, Queue};
 pub use payload::{payload_byte, payload_word};
-pub use record::{Entry, Record};
+pub use record::{AsyncOn, Entry, Record};
 pub use targeted::{MsgAction, MsgFault, Occurrence};
 pub use wire::{attr_name, WireMsg};
 
@@ -93,7 +98,8 @@ use rnic_sim::rng::Rng;
 use slots::{mr_bytes, Held, Pools};
 use std::collections::{BTreeMap, BTreeSet};
 use verbs_core::{
-    AccessFlags, CqHandle, Device, Errno, Error, Mr, PdHandle, Qp, SimTime, WorkCompletion,
+    AccessFlags, CqHandle, Device, Errno, Error, Mr, PdHandle, Qp, SimTime, SrqHandle, SrqInitAttr,
+    WorkCompletion,
 };
 
 /// The application's objects on one host (its memory region: `world/slots.rs`).
@@ -107,6 +113,9 @@ struct App {
     epoch: u8,
     mode: EventMode,
     listen: Option<CmIdHandle>,
+    /// The shared receive queue every QP of the host takes its receives from
+    /// ([`HostApp::srq`]).
+    srq: Option<SrqHandle>,
 }
 
 /// A WR not yet completed: what to check when it does.
@@ -136,6 +145,8 @@ pub struct World {
     entries_hash: (usize, WordHash),
     /// (host, epoch, QPN) → (QP, seen in ERR).
     qps: BTreeMap<(usize, u8, u32), (Qp, bool)>,
+    /// (host, epoch, QPN) → the passive id the QP was accepted on (for `rdma_notify`).
+    passive_ids: BTreeMap<(usize, u8, u32), CmIdHandle>,
     /// Every CM event in the history by (host, epoch, id, type, history index), so that
     /// waiting for one id's event does not scan the history; filed when a wait asks, up to
     /// history index `events_indexed` (a run that never waits files nothing).
@@ -195,6 +206,7 @@ impl World {
             },
             entries_hash: (0, WordHash::new()),
             qps: BTreeMap::new(),
+            passive_ids: BTreeMap::new(),
             event_index: BTreeSet::new(),
             events_indexed: 0,
             // Sized for a generated scenario's datagrams: grown once or not at all.
@@ -222,6 +234,13 @@ impl World {
         let max_cm_retries = self.cfg.cm_config(h, epoch).max_cm_retries;
         let cqe = self.cfg.cq_entries;
         let slots = self.slots_per_region();
+        let host_app = self.cfg.app_of(h);
+        let srq_init = SrqInitAttr {
+            attr: verbs_core::SrqAttr {
+                srq_limit: host_app.srq_limit,
+                ..SrqInitAttr::new(self.cfg.qp_depth, 1).attr
+            },
+        };
         let node = self.node_mut(h)?;
         let (cm, dev) = node.host.split();
         let ch = cm.create_event_channel();
@@ -231,6 +250,11 @@ impl World {
         let mr = dev.reg_mr(pd, mr_bytes(slots) as usize, access)?;
         let send_cq = dev.create_cq(cqe, None)?;
         let recv_cq = dev.create_cq(cqe, None)?;
+        let srq = if host_app.srq {
+            Some(dev.create_srq(pd, &srq_init)?)
+        } else {
+            None
+        };
         let at = self.sim.now();
         self.push(at, h, epoch, Record::Boot { max_cm_retries });
         let pools = Pools::new(epoch, slots);
@@ -247,6 +271,7 @@ impl World {
             epoch,
             mode: EventMode::AckAtOnce,
             listen: None,
+            srq,
         })
     }
 

@@ -164,6 +164,9 @@ impl Endpoint for Node {
 pub(super) fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, Error> {
     let mut dcfg = SimDeviceConfig::new("sim", Gid::from_ip(host_ip(h)));
     dcfg.seed = cfg.device_seed(h);
+    // The World reads only the defined fields of an error completion (`wr_id`, `status`,
+    // `qp_num`; man:ibv_poll_cq.3): junk in the others must change nothing.
+    dcfg.poison_undefined_wc_fields = true;
     let dev = SimDevice::new(dcfg);
     let mut nic = SimNic::at_gid(dev);
     if cfg.capture {

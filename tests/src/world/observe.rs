@@ -1,6 +1,7 @@
 //! Observation: what the applications do after every simulation event — drain the wire taps,
-//! name the fabric's drops, read (and ack) CM events, poll CQs, check the S6 data pattern, note
-//! QPs in ERR — and record it in the [`History`](super::History).
+//! name the fabric's drops, read (and ack) CM events, poll CQs, check the S6 data pattern, read
+//! async events (`world/async_events.rs`), note QPs in ERR — and record it in the
+//! [`History`](super::History).
 
 use super::config::{host_index, host_ip, MS, SLOT_BYTES};
 use super::node::Dir;
@@ -9,7 +10,7 @@ use super::{errno_of, Call, EventMode, Fault, Node, Op, Queue, Record, WireMsg, 
 use cm_core::api::{CmEvent, CmEventType};
 use cm_core::engine::IbCmId;
 use rnic_sim::fabric::FabricEventKind;
-use verbs_core::{AsyncElement, AsyncEventType, Device, SimTime, WcStatus, WorkCompletion};
+use verbs_core::{Device, SimTime, WcOpcode, WcStatus, WorkCompletion};
 
 impl World {
     /// What the applications do after every simulation event: drain the wire taps, match the
@@ -28,6 +29,10 @@ impl World {
                 self.drain_wire(h);
             } else if self.take_dirty(h) || self.acks.iter().any(|a| a.1 == h && a.0 <= now) {
                 self.observe_host(h, now);
+                // An `rdma_notify` answering a COMM_EST may have queued ESTABLISHED.
+                if self.take_dirty(h) {
+                    self.observe_host(h, now);
+                }
             }
         }
         self.match_trace();
@@ -50,7 +55,7 @@ impl World {
 
     /// Host `h`'s node for the application's reads (events, acks, CQs), which change its
     /// state without needing another observation: forgets its timer only.
-    fn node_quiet(&mut self, h: usize) -> Option<&mut Node> {
+    pub(super) fn node_quiet(&mut self, h: usize) -> Option<&mut Node> {
         let node = self.sim.endpoint_mut(h)?;
         node.timeout.set(None);
         Some(node)
@@ -222,19 +227,6 @@ impl World {
 
     fn poll_cqs(&mut self, h: usize, now: SimTime) {
         let app = self.apps[h];
-        while let Some(ev) = self
-            .node_quiet(h)
-            .and_then(|n| n.host.split().1.get_async_event())
-        {
-            let queue = match ev.element {
-                AsyncElement::Cq(cq) if cq == app.send_cq => Queue::Send,
-                AsyncElement::Cq(cq) if cq == app.recv_cq => Queue::Recv,
-                _ => continue,
-            };
-            if ev.event_type == AsyncEventType::CqErr {
-                self.push(now, h, app.epoch, Record::CqErr { queue });
-            }
-        }
         let mut wcs = std::mem::take(&mut self.wcs);
         for (cq, queue) in [(app.send_cq, Queue::Send), (app.recv_cq, Queue::Recv)] {
             wcs.clear();
@@ -246,6 +238,15 @@ impl World {
             while matches!(dev.poll_cq(cq, 64, &mut wcs), Ok(64)) {}
             for wc in &wcs {
                 let data_ok = self.check_data(h, wc);
+                // Only `wr_id`, `status` and `qp_num` are defined in an error completion
+                // (man:ibv_poll_cq.3; the devices poison the rest): its opcode and length
+                // are recorded as SEND, 0.
+                let ok = wc.status == WcStatus::Success;
+                let (opcode, byte_len) = if ok {
+                    (wc.opcode, wc.byte_len)
+                } else {
+                    (WcOpcode::Send, 0)
+                };
                 self.push(
                     now,
                     h,
@@ -254,15 +255,18 @@ impl World {
                         qpn: wc.qp_num,
                         wr_id: wc.wr_id,
                         queue,
-                        opcode: wc.opcode,
+                        opcode,
                         status: wc.status,
-                        byte_len: wc.byte_len,
+                        byte_len,
                         data_ok,
                     },
                 );
             }
         }
         self.wcs = wcs;
+        // After the CQs: a completion written before an event (the flush before
+        // LAST_WQE_REACHED) is polled before the event is read.
+        self.read_async_events(h, now);
     }
 
     /// S6 for one completion: reads the destination and compares it with the pattern.

@@ -80,6 +80,12 @@ pub enum Call {
         /// WRs in the call.
         n: u32,
     },
+    /// `rdma_notify(id, IBV_EVENT_COMM_EST)` on passive id `id`, answering the COMM_EST of
+    /// its QP ([`HostApp::notify_on_comm_est`](super::HostApp)).
+    Notify {
+        /// The passive id.
+        id: u32,
+    },
     /// `ibv_modify_qp(qpn, ERR)`: the application's verbs teardown.
     QpToErr {
         /// The QP.

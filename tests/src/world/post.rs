@@ -3,7 +3,7 @@
 use super::config::{SLOTS, SLOT_BYTES};
 use super::payload::fill_pattern;
 use super::slots::{slot_off, Held, Region};
-use super::{Call, End, Op, Pending, Queue, Record, World, WorldError};
+use super::{Call, End, Op, Pending, Queue, Record, World, WorldError, SRQ_QPN};
 use verbs_core::{Device, RecvWr, SendWr};
 
 /// Where one WR's bytes go: its slots and offsets.
@@ -16,7 +16,9 @@ struct Place {
 }
 
 impl World {
-    /// Posts `n` receives of [`SLOT_BYTES`] on `e`'s QP; returns their `wr_id`s.
+    /// Posts `n` receives of [`SLOT_BYTES`] on `e`'s QP (on a host with an SRQ,
+    /// [`HostApp::srq`](super::HostApp): on its SRQ, recorded under [`SRQ_QPN`]); returns
+    /// their `wr_id`s.
     pub fn post_recvs(&mut self, e: End, n: usize) -> Vec<u64> {
         self.post(e, Op::Recv, n)
     }
@@ -46,6 +48,9 @@ impl World {
         let ids = self.next_wr..self.next_wr + n as u64;
         self.next_wr += n as u64;
         let mr = self.apps[e.host].mr;
+        let srq = self.apps[e.host].srq.filter(|_| op == Op::Recv);
+        // Where the WRs are recorded as posted: the QP, or the host's SRQ.
+        let qpn = if srq.is_some() { SRQ_QPN } else { e.qp.qp_num };
         let peer = self.apps.get(e.peer).copied();
         let peer_epoch = peer.map_or(0, |p| p.epoch);
         let len_of = |id: u64| 16 + (id * 37 % (SLOT_BYTES - 15)) as u32;
@@ -80,7 +85,10 @@ impl World {
                         RecvWr::new(id, vec![mr.sge(at, SLOT_BYTES as u32)])
                     })
                     .collect();
-                nic.post_recv(e.qp.handle, &wrs)
+                match srq {
+                    Some(srq) => nic.device_mut().post_srq_recv(srq, &wrs),
+                    None => nic.post_recv(e.qp.handle, &wrs),
+                }
             }
             Op::Send | Op::Write => {
                 let mut wrs = Vec::with_capacity(n);
@@ -127,14 +135,14 @@ impl World {
             e.host,
             Record::Call {
                 call: Call::Post {
-                    qpn: e.qp.qp_num,
+                    qpn,
                     op,
                     n: n as u32,
                 },
                 errno,
             },
         );
-        let qp_err = self.qp_in_err(e.host, e.qp.qp_num);
+        let qp_err = srq.is_none() && self.qp_in_err(e.host, e.qp.qp_num);
         let queue = if op == Op::Recv {
             Queue::Recv
         } else {
@@ -163,7 +171,7 @@ impl World {
             self.record(
                 e.host,
                 Record::Posted {
-                    qpn: e.qp.qp_num,
+                    qpn,
                     wr_id: id,
                     queue,
                     op,

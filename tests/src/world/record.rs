@@ -5,7 +5,7 @@ use super::ops::{Call, Op, Queue};
 use super::wire::WireMsg;
 use cm_core::api::CmEventType;
 use std::fmt;
-use verbs_core::{SimTime, WcOpcode, WcStatus};
+use verbs_core::{AsyncEventType, SimTime, WcOpcode, WcStatus};
 
 /// One history record (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,11 +86,36 @@ pub enum Record {
     /// The application read the async event `IBV_EVENT_CQ_ERR` for its CQ of `queue`: the CQ
     /// overran, the completion that did not fit and every later one aimed at it are lost, and
     /// the QP that overflowed it is in ERR (rdmavt behaviour, docs/semantics-verbs.md "CQ
-    /// overrun"). Other async events are read and not recorded.
+    /// overrun"). Every other async event is a [`Record::Async`].
     CqErr {
         /// Which of the host's two CQs.
         queue: Queue,
     },
+    /// The application read an async event of its device (`ibv_get_async_event(3)`) other
+    /// than CQ_ERR: QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, LAST_WQE_REACHED (per QP),
+    /// SRQ_LIMIT_REACHED (its SRQ), DEVICE_FATAL (the device); docs/semantics-verbs.md "Async
+    /// events".
+    Async {
+        /// `enum ibv_event_type`.
+        event: AsyncEventType,
+        /// What it is about.
+        on: AsyncOn,
+    },
+}
+
+/// The element of a recorded async event ([`Record::Async`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncOn {
+    /// A QP, by number.
+    Qp(u32),
+    /// One of the host's two CQs.
+    Cq(Queue),
+    /// The host's SRQ ([`HostApp::srq`](super::HostApp)).
+    Srq,
+    /// The whole device.
+    Device,
+    /// Anything else (a port).
+    Other,
 }
 
 /// A record with its virtual time, host and host life.
@@ -209,6 +234,20 @@ impl fmt::Display for Entry {
                 None => write!(f, "fault: crash for good"),
             },
             Record::CqErr { queue } => write!(f, "async event CQ_ERR: {queue:?} CQ overrun"),
+            Record::Async { event, on } => match on {
+                AsyncOn::Qp(qpn) => write!(f, "async event {event:?} on QP {qpn:#x}"),
+                AsyncOn::Cq(q) => write!(f, "async event {event:?} on the {q:?} CQ"),
+                AsyncOn::Srq => write!(f, "async event {event:?} on the SRQ"),
+                AsyncOn::Device => write!(f, "async event {event:?} on the device"),
+                AsyncOn::Other => write!(f, "async event {event:?}"),
+            },
+            Record::Fault(Fault::DeviceRemoved { rc_sent }) => write!(
+                f,
+                "fault: device removed (DEVICE_FATAL, DEVICE_REMOVAL; {rc_sent} RC packets sent before)"
+            ),
+            Record::Fault(Fault::AddressChange) => {
+                write!(f, "fault: address change (ADDR_CHANGE to every attached id)")
+            }
         }
     }
 }

@@ -53,7 +53,9 @@
 //! `Simulation` of two hosts: the World does not record QP events) · `cm_calls.rs`: rdma_cm calls
 //! beyond connect/disconnect (`rdma_migrate_id`, synchronous ids, `rdma_notify`), device removal
 //! and address change · `world_knobs.rs`: per-host CM timers, targeted message faults, late
-//! accept (MRA), deep posts.
+//! accept (MRA), deep posts · `world_events.rs`: the device and CM events the World records
+//! and the oracle checks (device removal, address change, SRQ limit and LAST_WQE, QP_FATAL,
+//! COMM_EST and `rdma_notify`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
@@ -231,4 +233,5 @@ mod handshake_and_disconnect_rows;
 mod lost_and_rejected;
 mod sequences;
 mod srq;
+mod world_events;
 mod world_knobs;
