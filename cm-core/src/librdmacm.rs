@@ -41,6 +41,19 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use verbs_core::{AccessFlags, Device, Errno, Error, Gid, PdHandle, Qp, QpInitAttr, SimTime};
 
+/// The id whose count of un-acked events `event` is on: the listener for a CONNECT_REQUEST,
+/// the event's own id otherwise. The kernel reports a connection request on the listener's
+/// context (ucma.c `ucma_event_handler`: `uevent->ctx` is the listen context, the new one only
+/// `conn_req_ctx`; `ucma_get_event` counts `uevent->ctx->events_reported`), librdmacm acks it
+/// there (`evt->id_priv` is the listener's), so `rdma_destroy_id`/`rdma_migrate_id` of the new
+/// id do not wait for it, and destroying the listener does.
+fn accounted_to(event: &CmEvent) -> CmIdHandle {
+    match (event.event, event.listen_id) {
+        (CmEventType::ConnectRequest, Some(l)) => l,
+        _ => event.id,
+    }
+}
+
 /// What librdmacm keeps of one id (`struct cma_id_private`, the parts modelled).
 #[derive(Debug, Clone, Default)]
 struct UserId {
@@ -575,7 +588,7 @@ impl RdmaCm {
                 _ => {}
             }
             self.ids
-                .entry(ev.id)
+                .entry(accounted_to(&ev))
                 .or_default()
                 .unacked
                 .insert(ev.seq, ev.event);
@@ -631,7 +644,7 @@ impl RdmaCm {
     /// `EINVAL` when the event was not handed out or was already acked.
     pub fn ack_cm_event(&mut self, event: CmEvent) -> Result<(), Error> {
         self.ids
-            .get_mut(&event.id)
+            .get_mut(&accounted_to(&event))
             .and_then(|r| r.unacked.remove(&event.seq))
             .map(|_| ())
             .ok_or_else(|| inval("rdma_ack_cm_event: event not outstanding"))

@@ -25,7 +25,8 @@
 //! * **S6** every successful completion's `data_ok` (checked by the World at poll time).
 //! * **S7** the errno of `rdma_disconnect` (§4.4; and a 0 means its QP is in ERR by the next
 //!   instant, §4.4 step 2), `rdma_destroy_id` (§4.6: EBUSY while an
-//!   event is un-acked), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
+//!   event is un-acked; a CONNECT_REQUEST is the listener's event until acked, as ucma.c
+//!   reports it on the listen context), `ibv_post_*` (§5.4: sends EINVAL before RTS, accepted in ERR; receives
 //!   accepted from INIT; an active QP is ready when ESTABLISHED is read: librdmacm moves it to
 //!   RTS when the application fetches the CONNECT_RESPONSE, so a deaf host's stays in INIT), by
 //!   the state tracked from the history; other calls may return only 0 or EINVAL.
@@ -140,6 +141,9 @@ struct HostState {
     cq_err: [bool; 2],
     /// The device's async events and removal (`oracle/device_events.rs`).
     dev: device_events::DevState,
+    /// The id of the host's last `rdma_listen` (this life): its CONNECT_REQUESTs count as its
+    /// un-acked events, not the new ids' (ucma.c reports them on the listen context).
+    listener: Option<u32>,
 }
 
 /// The one-pass checker. See the module docs.
@@ -160,6 +164,8 @@ struct Checker {
     /// rdma_disconnect calls that returned 0: their QP must be in ERR by the next instant
     /// (cm-spec §4.4 step 2): (host, life, QPN, the call), in history (= time) order.
     must_be_err: VecDeque<(u8, u8, u32, Entry)>,
+    /// Un-acked CONNECT_REQUESTs per listener (they are the listener's events, S7).
+    listener_unacked: BTreeMap<IdKey, u32>,
 }
 
 impl Checker {
@@ -349,7 +355,14 @@ impl Checker {
         if comm_id != 0 {
             id.comm_id = comm_id;
         }
-        id.unacked += 1;
+        // A CONNECT_REQUEST counts against the listener until acked (module docs, S7).
+        match (event, self.host(key.0).listener) {
+            (E::ConnectRequest, Some(l)) => {
+                *self.listener_unacked.entry((key.0, key.1, l)).or_default() += 1;
+            }
+            _ => self.ids.entry(key).or_default().unacked += 1,
+        }
+        let id = self.ids.entry(key).or_default();
         let mut v: Vec<(Invariant, String)> = Vec::new();
         if id.removed {
             v.push((Invariant::S1, format!("{event:?} after DEVICE_REMOVAL")));
@@ -487,7 +500,14 @@ impl Checker {
                     expect(self, EINVAL, "rdma_accept");
                 }
             }
-            Call::Listen { .. } | Call::Reject { .. } => {
+            Call::Listen { id } => {
+                if errno == 0 {
+                    self.host(h).listener = Some(id);
+                } else if errno != EINVAL {
+                    expect(self, 0, "rdma_listen");
+                }
+            }
+            Call::Reject { .. } => {
                 if errno != 0 && errno != EINVAL {
                     expect(self, 0, "rdma_listen/rdma_reject");
                 }
@@ -518,10 +538,11 @@ impl Checker {
                 expect(self, want, "rdma_disconnect");
             }
             Call::Destroy { id } => {
+                let requests = self.listener_unacked.get(&(h, ep, id)).copied();
                 let s = self.ids.entry((h, ep, id)).or_default();
                 let want = if s.destroyed {
                     EINVAL
-                } else if s.unacked > 0 {
+                } else if s.unacked > 0 || requests.unwrap_or(0) > 0 {
                     EBUSY
                 } else {
                     0
@@ -531,9 +552,13 @@ impl Checker {
                 }
                 expect(self, want, "rdma_destroy_id");
             }
-            Call::Ack { id, .. } => {
-                if let Some(s) = self.ids.get_mut(&(h, ep, id)) {
-                    s.unacked = s.unacked.saturating_sub(1);
+            Call::Ack { id, event } => {
+                let n = match (event, self.host(h).listener) {
+                    (E::ConnectRequest, Some(l)) => self.listener_unacked.get_mut(&(h, ep, l)),
+                    _ => self.ids.get_mut(&(h, ep, id)).map(|s| &mut s.unacked),
+                };
+                if let Some(n) = n {
+                    *n = n.saturating_sub(1);
                 }
                 expect(self, 0, "rdma_ack_cm_event");
             }

@@ -459,6 +459,49 @@ fn listen_backlog_0_takes_ucmas_max_backlog() {
     assert_eq!(net.cm(SERVER).counters().rx_backlog_full, 0);
 }
 
+// ---- a CONNECT_REQUEST is the listener's event ----------------------------------------------
+
+/// The kernel reports a connection request on the listener's context (ucma.c
+/// `ucma_event_handler`: `uevent->ctx` is the listen context, the new id only
+/// `conn_req_ctx`), and librdmacm acks it there (`evt->id_priv`): a server may reject,
+/// migrate or destroy the new id before acking its CONNECT_REQUEST (`ucma_process_conn_req`
+/// itself migrates it for a synchronous listener), while the listener cannot be destroyed
+/// until the ack.
+#[test]
+fn a_connect_request_counts_on_the_listener_not_the_new_id() {
+    let mut net = Net::new();
+    let (sch, lid) = net.listen(4);
+    let cch = net.cm(CLIENT).create_event_channel();
+    let cid = net.resolved(cch);
+    net.call(CLIENT, |cm, dev, now| {
+        cm.connect(dev, now, cid, &ConnParam::rping_defaults())
+    })
+    .unwrap();
+    net.step();
+    let req = net
+        .call(SERVER, |cm, dev, now| cm.get_cm_event(dev, now, sch))
+        .unwrap();
+    assert_eq!((req.event, req.listen_id), (E::ConnectRequest, Some(lid)));
+    let pid = req.id;
+    assert_eq!(net.cm(SERVER).unacked_events(pid), 0);
+    assert_eq!(net.cm(SERVER).unacked_events(lid), 1);
+    // Migrating the new id does not wait for the request's ack.
+    let other = net.cm(SERVER).create_event_channel();
+    net.cm(SERVER).migrate_id(pid, Some(other)).unwrap();
+    // The listener is busy until the ack; the new id is not.
+    let busy = net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, lid));
+    assert_eq!(busy.unwrap_err().errno, Errno::EBUSY);
+    net.call(SERVER, |cm, dev, now| cm.reject(dev, now, pid, &[]))
+        .unwrap();
+    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, pid))
+        .unwrap();
+    net.cm(SERVER).ack_cm_event(req).unwrap();
+    net.call(SERVER, |cm, dev, now| cm.destroy_id(dev, now, lid))
+        .unwrap();
+    net.step();
+    net.expect(CLIENT, cch, E::Rejected);
+}
+
 // ---- a connect abandoned before its CONNECT_RESPONSE is read --------------------------------
 
 #[test]
