@@ -44,7 +44,7 @@
 //! * **S1** (at most once, nothing after the end): no event on an id after its
 //!   DEVICE_REMOVAL; no second ESTABLISHED on an id (also after `rdma_notify`); COMM_EST at
 //!   most once per QP per life (a World QP enters RTR once); DEVICE_FATAL at most once per
-//!   device life.
+//!   device life, and no async event after it.
 //! * **S2**: a receive posted to a host's SRQ ([`SRQ_QPN`]) completes on whichever QP of the
 //!   host took it; one never taken needs no completion (it goes with the SRQ). WRs of a
 //!   removed device are flushed (its CQs stay readable) and still need their one completion.

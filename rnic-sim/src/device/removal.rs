@@ -11,8 +11,10 @@ use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, Errno, Error, QpState
 impl SimDevice {
     /// Removes the device (hot-unplug, or a fatal error it cannot recover from):
     ///
-    /// * `IBV_EVENT_DEVICE_FATAL` is queued for [`Device::get_async_event`](verbs_core::Device::get_async_event)
-    ///   (the one async event the application still gets);
+    /// * `IBV_EVENT_DEVICE_FATAL` is queued for [`Device::get_async_event`](verbs_core::Device::get_async_event),
+    ///   behind the events already queued, and nothing follows it (the flush below raises no
+    ///   `QP_LAST_WQE_REACHED` or `QP_FATAL`; a CQ it overruns reports `CQ_ERR` before
+    ///   `DEVICE_FATAL`);
     /// * every QP not in RESET or ERR enters ERR, its outstanding work requests flushed to
     ///   their CQs (`IBV_WC_WR_FLUSH_ERR`), so a consumer polling its CQs sees them end;
     /// * nothing more leaves the device — what was queued for the wire is dropped — and
@@ -29,10 +31,7 @@ impl SimDevice {
         if self.removed {
             return;
         }
-        self.sh.events.push_back(AsyncEvent {
-            event_type: AsyncEventType::DeviceFatal,
-            element: AsyncElement::Device,
-        });
+        let queued = self.sh.events.len();
         let live: Vec<u32> = self
             .qps
             .iter()
@@ -46,6 +45,20 @@ impl SimDevice {
             }
             self.touched(qpn);
         }
+        // A disassociated context gets no event after DEVICE_FATAL (uverbs destroys its
+        // objects without their event handlers, `uverbs_destroy_ufile_hw`), so the flush's QP
+        // events (QP_LAST_WQE_REACHED, QP_FATAL) are not reported. A CQ the flush overran is
+        // (CQ_ERR, before DEVICE_FATAL): it tells the application completions were lost.
+        let raised: Vec<AsyncEvent> = self.sh.events.drain(queued..).collect();
+        self.sh.events.extend(
+            raised
+                .into_iter()
+                .filter(|e| e.event_type == AsyncEventType::CqErr),
+        );
+        self.sh.events.push_back(AsyncEvent {
+            event_type: AsyncEventType::DeviceFatal,
+            element: AsyncElement::Device,
+        });
         self.removed = true;
         self.sh.tx.clear();
         self.gsi_mut().rx.clear();

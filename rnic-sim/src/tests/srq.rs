@@ -258,6 +258,27 @@ fn err_on_an_srq_qp_flushes_only_its_taken_receive_then_last_wqe_reached() {
     assert!(wcs.iter().all(|w| w.qp_num == s.rx_qps[1].qp_num));
 }
 
+/// A removed device flushes its QPs but reports only DEVICE_FATAL: a disassociated context
+/// gets no LAST_WQE_REACHED (docs/cm-semantics.md, "Device removal and address change").
+#[test]
+fn a_removed_device_reports_device_fatal_and_no_last_wqe_reached() {
+    let mut s = srqs(8);
+    s.post_srq(1);
+    s.send(0, 100, 600, 1);
+    let first = s.tx.poll_transmit(SimTime::ZERO).unwrap();
+    s.rx.handle_packet(SimTime::ZERO, gid(1), first.packet);
+    s.rx.remove();
+    let wcs = poll(&mut s.rx, s.rx_cq);
+    assert_eq!(statuses(&wcs), vec![(1, WcStatus::WrFlushErr)]);
+    assert_eq!(
+        s.events(),
+        vec![AsyncEvent {
+            event_type: AsyncEventType::DeviceFatal,
+            element: AsyncElement::Device,
+        }]
+    );
+}
+
 #[test]
 fn err_on_an_idle_srq_qp_flushes_nothing_of_the_srq() {
     let mut s = srqs(8);

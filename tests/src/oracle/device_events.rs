@@ -54,6 +54,10 @@ impl Checker {
         }
         let d = &mut self.host(e.host).dev;
         let mut v: Vec<(Invariant, String)> = Vec::new();
+        if d.device_fatal > 0 {
+            // A disassociated context gets nothing after DEVICE_FATAL (SimDevice::remove).
+            v.push((Invariant::S1, format!("{event:?} after DEVICE_FATAL")));
+        }
         match (event, on) {
             (A::DeviceFatal, _) => {
                 d.device_fatal += 1;
