@@ -522,3 +522,21 @@ fn cm_synchronous_ids_two_processes() {
         ],
     );
 }
+
+#[test]
+fn cm_id_srq_and_notify() {
+    check(
+        "cm_srq",
+        58,
+        &[],
+        &[
+            "create_srq_on_id",
+            "create_qp_uses_id_srq",
+            "post_recv_on_srq_qp_einval",
+            "notify_other_event_einval",
+            "destroy_srq_clears_id_srq",
+            "destroy_ep_destroys_srq",
+            "teardown",
+        ],
+    );
+}

@@ -221,6 +221,10 @@ fn verbs_checks() -> Vec<Check> {
         }
         struct ibv_srq_attr { max_wr, max_sge, srq_limit }
         struct ibv_srq_init_attr { srq_context, attr }
+        struct ibv_tm_cap { max_num_tags, max_ops }
+        struct ibv_srq_init_attr_ex {
+            srq_context, attr, comp_mask, srq_type, pd, xrcd, cq, tm_cap,
+        }
         struct ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }
         struct ibv_wq {
             context, wq_context, pd, cq, wq_num, handle, state, wq_type, post_recv, mutex, cond,
@@ -313,7 +317,7 @@ fn enum_type_checks() -> Vec<Check> {
     enum_checks! {
         ibv_node_type, ibv_transport_type, ibv_atomic_cap, ibv_mtu, ibv_port_state,
         ibv_event_type, ibv_wc_status, ibv_wc_opcode, ibv_mw_type, ibv_wq_type, ibv_wq_state,
-        ibv_qp_type, ibv_qp_state, ibv_mig_state, ibv_wr_opcode, rdma_cm_event_type,
+        ibv_srq_type, ibv_qp_type, ibv_qp_state, ibv_mig_state, ibv_wr_opcode, rdma_cm_event_type,
         rdma_port_space,
     }
 }

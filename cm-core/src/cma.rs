@@ -528,6 +528,26 @@ impl Cma {
         Ok(())
     }
 
+    /// `rdma_notify(id, event)` for an event other than `IB_EVENT_COMM_EST` (ucma NOTIFY →
+    /// cma `rdma_notify` → `ib_cm_notify`): `IB_EVENT_PATH_MIG` (`path_mig`) is accepted on an
+    /// ESTABLISHED IB CM id with no LAP exchange under way (`cm_migrate`; this CM never has
+    /// one) and changes nothing here (Linux swaps in the alternate path's address vector,
+    /// which is empty without an alternate path; this CM has none to swap); every other event
+    /// is refused (`ib_cm_notify`'s `default: ret = -EINVAL`).
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown id, for `IB_EVENT_PATH_MIG` outside ESTABLISHED, and for any
+    /// other event; `ENXIO` once the id's device was removed (`ucma_get_ctx`).
+    pub fn notify_other(&mut self, id: CmIdHandle, path_mig: bool) -> Result<(), Error> {
+        self.rec(id)?;
+        if path_mig && self.ib_cm_state(id) == Some(IbCmState::Established) {
+            return Ok(());
+        }
+        Err(inval(
+            "rdma_notify: only COMM_EST, and PATH_MIG when ESTABLISHED",
+        ))
+    }
+
     /// The kernel half of `rdma_disconnect` (ucma DISCONNECT → cma `rdma_disconnect`, cm-spec
     /// §4.4): a DREQ if the IB CM id is ESTABLISHED, else a DREP if it is DREQ_RCVD, else
     /// nothing, and `Ok` in each of these cases. Moving the QP to ERR first is librdmacm's

@@ -434,6 +434,16 @@ impl RdmaCm {
         self.cma.notify(dev, now, id)
     }
 
+    /// `rdma_notify(id, event)` for an event other than `IBV_EVENT_COMM_EST` (Linux
+    /// `ib_cm_notify`): `IBV_EVENT_PATH_MIG` (`path_mig`) succeeds on an ESTABLISHED
+    /// connection and changes nothing (no alternate path here), anything else is refused.
+    ///
+    /// # Errors
+    /// As [`Cma::notify_other`]: `EINVAL`, or `ENXIO` once the id's device was removed.
+    pub fn notify_other(&mut self, id: CmIdHandle, path_mig: bool) -> Result<(), Error> {
+        self.cma.notify_other(id, path_mig)
+    }
+
     /// `rdma_disconnect`, exactly as cm-spec §4.4: the attached QP goes to ERR first (so the
     /// device flushes its WRs), then the kernel sends a DREQ if the IB CM id is ESTABLISHED,
     /// else a DREP if it is DREQ_RCVD, else nothing. Returns `Ok` in every connected,

@@ -26,6 +26,8 @@ pub type ibv_wc_status = c_uint;
 pub type ibv_wc_opcode = c_uint;
 /// `enum ibv_mw_type` (`infiniband/verbs.h`): `ibv_mw.type`, `ibv_alloc_mw`'s `type`.
 pub type ibv_mw_type = c_uint;
+/// `enum ibv_srq_type` (`infiniband/verbs.h`): `ibv_srq_init_attr_ex.srq_type`.
+pub type ibv_srq_type = c_uint;
 /// `enum ibv_wq_type` (`infiniband/verbs.h`): `ibv_wq.wq_type`.
 pub type ibv_wq_type = c_uint;
 /// `enum ibv_wq_state` (`infiniband/verbs.h`): `ibv_wq.state`.
@@ -208,6 +210,20 @@ c_constants! {
     c_int {
         IBV_SRQ_MAX_WR = 1 << 0,
         IBV_SRQ_LIMIT = 1 << 1,
+    }
+    /// `enum ibv_srq_type`.
+    ibv_srq_type {
+        IBV_SRQT_BASIC = 0,
+        IBV_SRQT_XRC = 1,
+        IBV_SRQT_TM = 2,
+    }
+    /// `enum ibv_srq_init_attr_mask`, bits of `ibv_srq_init_attr_ex.comp_mask` (`uint32_t`).
+    u32 {
+        IBV_SRQ_INIT_ATTR_TYPE = 1 << 0,
+        IBV_SRQ_INIT_ATTR_PD = 1 << 1,
+        IBV_SRQ_INIT_ATTR_XRCD = 1 << 2,
+        IBV_SRQ_INIT_ATTR_CQ = 1 << 3,
+        IBV_SRQ_INIT_ATTR_TM = 1 << 4,
     }
     /// `enum ibv_wq_type`.
     ibv_wq_type {

@@ -10,8 +10,8 @@ use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t, size_
 
 use super::{
     __be16, __be32, __be64, ibv_atomic_cap, ibv_event_type, ibv_mig_state, ibv_mtu, ibv_mw_type,
-    ibv_node_type, ibv_port_state, ibv_qp_state, ibv_qp_type, ibv_transport_type, ibv_wc_opcode,
-    ibv_wc_status, ibv_wq_state, ibv_wq_type, ibv_wr_opcode, IBV_SYSFS_NAME_MAX,
+    ibv_node_type, ibv_port_state, ibv_qp_state, ibv_qp_type, ibv_srq_type, ibv_transport_type,
+    ibv_wc_opcode, ibv_wc_status, ibv_wq_state, ibv_wq_type, ibv_wr_opcode, IBV_SYSFS_NAME_MAX,
     IBV_SYSFS_PATH_MAX,
 };
 
@@ -442,6 +442,31 @@ pub struct ibv_srq_attr {
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_tm_cap` (`infiniband/verbs.h`): tag matching limits of a `IBV_SRQT_TM` SRQ.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex` (`infiniband/verbs.h`): `ibv_create_srq_ex`'s and
+/// `rdma_create_srq_ex`'s attributes; `comp_mask` (`IBV_SRQ_INIT_ATTR_*`) says which of the
+/// fields after it are valid.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    /// `IBV_SRQT_*`.
+    pub srq_type: ibv_srq_type,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
 }
 
 /// `struct ibv_srq` (`infiniband/verbs.h`): a shared receive queue.

@@ -572,17 +572,26 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// `rdma_notify(id, event)`: librdmacm passes any event to the kernel (ucma NOTIFY), whose
+/// `ib_cm_notify` takes `IBV_EVENT_COMM_EST` (a passive id in REP_SENT/MRA_REP_RCVD becomes
+/// ESTABLISHED; `EISCONN` when it is already) and `IBV_EVENT_PATH_MIG` (0 on an ESTABLISHED
+/// connection, `cm_migrate`; nothing changes, there is no alternate path) and refuses every
+/// other event with `EINVAL` (`default: ret = -EINVAL`). −1 + `errno` on error: `EINVAL` also
+/// for a NULL or unknown id and outside those states, `ENXIO` once the device was removed.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
     guard("rdma_notify", -1, || {
-        if event != IBV_EVENT_COMM_EST as c_int {
-            return 0; // librdmacm ignores every other event
-        }
+        let comm_est = event == IBV_EVENT_COMM_EST as c_int;
+        let path_mig = event == IBV_EVENT_PATH_MIG as c_int;
         // SAFETY: `id` is an id of this library.
         unsafe {
             id_call("rdma_notify", id, true, |n, now, h| {
                 let (cm, dev) = n.split();
-                cm.notify(dev, now, h)
+                if comm_est {
+                    cm.notify(dev, now, h)
+                } else {
+                    cm.notify_other(h, path_mig)
+                }
             })
         }
     })

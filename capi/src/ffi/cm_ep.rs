@@ -8,6 +8,7 @@
 use super::cm::{idbox, rdma_resolve_route};
 use super::cm::{rdma_bind_addr, rdma_create_id, rdma_destroy_id, rdma_resolve_addr};
 use super::cm_qp::{rdma_create_qp, rdma_destroy_qp};
+use super::cm_srq::rdma_destroy_srq;
 use super::{fail, guard};
 use crate::abi::*;
 use libc::c_int;
@@ -119,8 +120,9 @@ unsafe fn active_ep(
 }
 
 /// `rdma_destroy_ep(id)`: destroys the id's QP (and the CQs `rdma_create_qp` made for it),
-/// the kept QP attributes of a passive endpoint, then the id (`rdma_destroy_id`, which acks
-/// its `id->event` and destroys its private channel). A NULL `id` does nothing.
+/// its SRQ (`rdma_destroy_srq`), the kept QP attributes of a passive endpoint, then the id
+/// (`rdma_destroy_id`, which acks its `id->event` and destroys its private channel). A NULL
+/// `id` does nothing.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     guard("rdma_destroy_ep", (), || {
@@ -131,6 +133,9 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
         unsafe {
             if !(*id).qp.is_null() {
                 rdma_destroy_qp(id);
+            }
+            if !(*id).srq.is_null() {
+                rdma_destroy_srq(id);
             }
             idbox(id).qp_init_attr = None;
             if rdma_destroy_id(id) != 0 {

@@ -31,19 +31,28 @@ pub unsafe extern "C" fn rdma_create_qp(
         if b.c.verbs.is_null() || !b.c.qp.is_null() {
             return fail(libc::EINVAL); // not bound to a device yet, or has a QP
         }
-        let pd = if pd.is_null() {
+        // `pd ? pd : id->pd` (librdmacm `rdma_create_qp`); a NULL `id->pd` stands for the
+        // device's PD, which librdmacm's bound id always has (`ucma_get_device`).
+        let pd = if !pd.is_null() {
+            pd
+        } else if !b.c.pd.is_null() {
+            b.c.pd
+        } else {
             match cm_pd() {
                 Ok(p) => p,
                 Err(e) => return fail(e),
             }
-        } else {
-            // SAFETY: a non-NULL `pd` came from `ibv_alloc_pd` and is live.
-            if unsafe { (*pd).context } != b.c.verbs {
-                return fail(libc::EINVAL);
-            }
-            pd
         };
+        // SAFETY: `pd` came from `ibv_alloc_pd` and is live.
+        if unsafe { (*pd).context } != b.c.verbs {
+            return fail(libc::EINVAL);
+        }
         let mut a = *attr;
+        // The id's SRQ (`rdma_create_srq`) unless the attributes name one: librdmacm
+        // `rdma_create_qp_ex`, `if (id->srq && !attr->srq) attr->srq = id->srq`.
+        if a.srq.is_null() {
+            a.srq = b.c.srq;
+        }
         if a.send_cq.is_null() || a.recv_cq.is_null() {
             match create_id_cqs(b, &a) {
                 Ok((s, rc)) => {
@@ -91,6 +100,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         b.c.pd = pd;
         attr.send_cq = a.send_cq;
         attr.recv_cq = a.recv_cq;
+        attr.srq = a.srq;
         0
     })
 }
@@ -187,6 +197,13 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         let r = unsafe { rdma_create_qp(id, pd, &mut plain) };
         a.send_cq = plain.send_cq;
         a.recv_cq = plain.recv_cq;
+        a.srq = plain.srq;
+        if r == 0 {
+            // librdmacm sets `attr->pd` to the PD used (`id->pd` when none was given).
+            // SAFETY: `id` is live and has its QP's PD now.
+            a.pd = unsafe { (*id).pd };
+            a.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        }
         r
     })
 }
@@ -212,7 +229,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
 
 /// Destroys the CQs and channels `rdma_create_qp` made for the id, if it made them (after its
 /// QP is gone, or when the QP could not be made).
-fn destroy_id_cqs(b: &mut IdBox) {
+pub(super) fn destroy_id_cqs(b: &mut IdBox) {
     if !b.own_cqs {
         return;
     }

@@ -27,6 +27,7 @@ mod cm;
 mod cm_ep;
 mod cm_event;
 mod cm_qp;
+mod cm_srq;
 mod cm_sync;
 mod convert;
 mod cq;

@@ -409,6 +409,28 @@ fn rdma_notify_on_an_established_connection_is_eisconn() {
     assert_eq!(e.errno, Errno::EISCONN);
 }
 
+/// `rdma_notify` with another event than COMM_EST (Linux `ib_cm_notify`): PATH_MIG is
+/// `cm_migrate`, accepted on an ESTABLISHED connection only; anything else is EINVAL.
+#[test]
+fn rdma_notify_takes_path_mig_when_established_and_refuses_other_events() {
+    let mut net = Net::new();
+    let c = connected(&mut net);
+    for id in [c.sid, c.cid] {
+        let side = if id == c.sid { SERVER } else { CLIENT };
+        net.call(side, |cm, _, _| cm.notify_other(id, true))
+            .unwrap();
+        let e = net
+            .call(side, |cm, _, _| cm.notify_other(id, false))
+            .unwrap_err();
+        assert_eq!(e.errno, Errno::EINVAL);
+    }
+    // The listener has no connection: PATH_MIG is EINVAL there (`cm_migrate`).
+    let e = net
+        .call(SERVER, |cm, _, _| cm.notify_other(c.lid, true))
+        .unwrap_err();
+    assert_eq!(e.errno, Errno::EINVAL);
+}
+
 #[test]
 fn rdma_establish_a_second_time_on_the_active_side_is_einval() {
     let mut net = Net::new();
