@@ -7,6 +7,7 @@ use cm_core::engine::CmConfig;
 use rnic_sim::fabric::{FaultPlan, PathFaults};
 use rnic_sim::rng::Rng;
 use std::net::{IpAddr, Ipv4Addr};
+use verbs_core::Error;
 
 /// The rdma_cm port every listener binds (the `rping`/`ib_send_bw` default, 7471).
 pub const CM_PORT: u16 = 7471;
@@ -121,6 +122,33 @@ impl WorldConfig {
             wr_slots: SLOTS as u32,
             host_app: Vec::new(),
         }
+    }
+
+    /// Checks what [`World::new`](super::World::new) cannot honour: 1 … 250 hosts, per-host
+    /// settings only for hosts that exist, a QP depth of 1 … 16384 (`max_qp_wr` of rxe), and
+    /// every [`MsgFault::check`](super::MsgFault::check).
+    ///
+    /// # Errors
+    /// `EINVAL` naming the setting.
+    pub fn check(&self) -> Result<(), Error> {
+        let inval = |m: String| Err(Error::inval(m));
+        if !(1..=250).contains(&self.hosts) {
+            return inval(format!("{} hosts: 1 … 250", self.hosts));
+        }
+        if self.host_cm.len() > self.hosts || self.host_app.len() > self.hosts {
+            return inval(format!(
+                "per-host settings for {} hosts in a World of {}",
+                self.host_cm.len().max(self.host_app.len()),
+                self.hosts
+            ));
+        }
+        if !(1..=16_384).contains(&self.qp_depth) {
+            return inval(format!("QP depth {}: 1 … 16384", self.qp_depth));
+        }
+        for f in &self.msg_faults {
+            f.check(self.hosts)?;
+        }
+        Ok(())
     }
 
     /// The same with host `h`'s CM timers overridden by `cm`.

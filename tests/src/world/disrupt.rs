@@ -94,6 +94,7 @@ impl World {
     /// # Errors
     /// EINVAL for an unknown sending host.
     pub fn add_msg_fault(&mut self, f: MsgFault) -> Result<(), Error> {
+        f.check(self.cfg.hosts)?;
         self.observe();
         self.node_mut(f.from)?.rules.push(f);
         self.cfg.msg_faults.push(f);

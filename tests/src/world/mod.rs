@@ -184,6 +184,7 @@ impl World {
     /// # Errors
     /// A device or CM call failing (not expected on the simulated device).
     pub fn new(cfg: WorldConfig) -> Result<World, Error> {
+        cfg.check()?;
         let root = Rng::new(cfg.seed);
         let mut fabric = SimFabric::new(root.fork(0x006e_6574), cfg.faults.clone());
         fabric.set_trace_recording(true);

@@ -64,6 +64,29 @@ impl MsgFault {
     /// The `attr` that selects RC (non-MAD) packets.
     pub const RC: u16 = 0;
 
+    /// Checks that the fault can fire in a World of `hosts` hosts: `from` is one of them,
+    /// `attr` is [`MsgFault::RC`] or a CM attribute the World sends (REQ 0x10 … DREP 0x16),
+    /// and an `Nth` occurrence counts from 1.
+    ///
+    /// # Errors
+    /// `EINVAL` naming what is wrong.
+    pub fn check(&self, hosts: usize) -> Result<(), verbs_core::Error> {
+        let inval = |m: String| Err(verbs_core::Error::inval(m));
+        if self.from >= hosts {
+            return inval(format!("MsgFault from host {} of {hosts}", self.from));
+        }
+        if self.attr != Self::RC && !(0x10..=0x16).contains(&self.attr) {
+            return inval(format!(
+                "MsgFault attribute {:#x}: not RC (0) or a CM message (0x10 REQ … 0x16 DREP)",
+                self.attr
+            ));
+        }
+        if self.which == Occurrence::Nth(0) {
+            return inval("MsgFault occurrence Nth(0): the first is Nth(1)".into());
+        }
+        Ok(())
+    }
+
     /// Drop what `from` sends of kind `attr` at `which`.
     pub fn drop(from: usize, attr: u16, which: Occurrence) -> Self {
         MsgFault {

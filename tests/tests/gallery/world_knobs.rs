@@ -283,3 +283,24 @@ fn a_post_beyond_the_wr_slots_is_refused_with_an_error() -> R {
     w.check()?;
     Ok(())
 }
+
+/// Settings the World cannot honour are refused with EINVAL instead of never firing: a fault
+/// from a host that does not exist, an attribute the World never sends, `Nth(0)`, per-host
+/// timers for a host past the end, a QP depth of 0.
+#[test]
+fn settings_the_world_cannot_honour_are_refused() {
+    let einval = |cfg: WorldConfig| match World::new(cfg) {
+        Err(e) => assert_eq!(e.errno, verbs_core::Errno::EINVAL, "{e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let two = || WorldConfig::two_hosts(1);
+    einval(two().with_msg_fault(MsgFault::drop(5, DREP, Occurrence::Every)));
+    einval(two().with_msg_fault(MsgFault::drop(0, 0xdead, Occurrence::Every)));
+    einval(two().with_msg_fault(MsgFault::drop(0, DREP, Occurrence::Nth(0))));
+    einval(two().with_host_cm(5, HostCm::default()));
+    einval(two().with_qp_depth(0));
+    let mut w = World::new(two()).unwrap();
+    assert!(w
+        .add_msg_fault(MsgFault::drop(0, DREP, Occurrence::Nth(0)))
+        .is_err());
+}
