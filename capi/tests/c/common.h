@@ -97,8 +97,9 @@ static inline struct ibv_context *open_first_device(void)
 	return ctx;
 }
 
-static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *send_cq,
-					  struct ibv_cq *recv_cq)
+/* An RC QP of 16 WRs and 1 SGE each way, taking its receives from `srq` when not NULL. */
+static inline struct ibv_qp *create_rc_qp_srq(struct ibv_pd *pd, struct ibv_cq *send_cq,
+					      struct ibv_cq *recv_cq, struct ibv_srq *srq)
 {
 	struct ibv_qp_init_attr ia;
 	struct ibv_qp *qp;
@@ -106,6 +107,7 @@ static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *send
 	memset(&ia, 0, sizeof(ia));
 	ia.send_cq = send_cq;
 	ia.recv_cq = recv_cq;
+	ia.srq = srq;
 	ia.qp_type = IBV_QPT_RC;
 	ia.cap.max_send_wr = 16;
 	ia.cap.max_recv_wr = 16;
@@ -114,6 +116,12 @@ static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *send
 	qp = ibv_create_qp(pd, &ia);
 	REQUIRE(qp != NULL, "ibv_create_qp");
 	return qp;
+}
+
+static inline struct ibv_qp *create_rc_qp(struct ibv_pd *pd, struct ibv_cq *send_cq,
+					  struct ibv_cq *recv_cq)
+{
+	return create_rc_qp_srq(pd, send_cq, recv_cq, NULL);
 }
 
 /* RESET -> INIT -> RTR towards QP `remote_qpn` at GID `dgid` (RoCE: GRH, sgid 0). */

@@ -21,25 +21,6 @@
  */
 #include "common.h"
 
-static struct ibv_qp *create_qp_on(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq)
-{
-	struct ibv_qp_init_attr ia;
-	struct ibv_qp *qp;
-
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.srq = srq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_recv_wr = 16;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	qp = ibv_create_qp(pd, &ia);
-	REQUIRE(qp != NULL, "ibv_create_qp");
-	return qp;
-}
-
 static void post_srq(struct ibv_srq *srq, uint64_t wr_id, struct ibv_mr *mr, char *buf)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
@@ -124,8 +105,8 @@ int main(void)
 
 	s0 = create_rc_qp(pd, scq, scq);
 	s1 = create_rc_qp(pd, scq, scq);
-	r0 = create_qp_on(pd, rcq, srq);
-	r1 = create_qp_on(pd, rcq, srq);
+	r0 = create_rc_qp_srq(pd, rcq, rcq, srq);
+	r1 = create_rc_qp_srq(pd, rcq, rcq, srq);
 	connect_rc_qp(s0, r0->qp_num, &gid);
 	connect_rc_qp(r0, s0->qp_num, &gid);
 	connect_rc_qp(s1, r1->qp_num, &gid);
