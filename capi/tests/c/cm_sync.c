@@ -22,9 +22,6 @@
  * service ID: kernel cm.c cm_match_req → IB_CM_REJ_INVALID_SERVICE_ID), which the client sees
  * as RDMA_CM_EVENT_REJECTED: a synchronous rdma_connect returns -1 with errno ECONNREFUSED.
  */
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 
 #include "common.h"
 
@@ -279,30 +276,7 @@ static int client(void)
 
 int main(void)
 {
-	char client_ip[64];
-	pid_t pid;
-	int status;
-
 	alarm(25);
 	REQUIRE(pipe(ready_pipe) == 0, "pipe");
-	fflush(stdout);
-	/* Fork before the first RDMA call: the library's runtime does not survive fork(). */
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		role = "client_";
-		addr_with_last_octet(client_ip, sizeof(client_ip), 2);
-		REQUIRE(setenv("RNIC_ADDR", client_ip, 1) == 0, "setenv");
-		return client();
-	}
-	role = "server_";
-	server();
-	role = "";
-	begin("client_exit_status");
-	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
-	REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client ended with status %#x",
-		status);
-	ok();
-	return 0;
+	return run_server_and_client(server, client);
 }

@@ -23,9 +23,6 @@
  *   RDMA_CM_EVENT_TIMEWAIT_EXIT, status 0, on both sides of an RC connection, provided the
  *   id is not destroyed first.
  */
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 
 #include "common.h"
 
@@ -235,30 +232,7 @@ static int client(void)
 
 int main(void)
 {
-	char client_ip[64];
-	pid_t pid;
-	int status;
-
 	alarm(25);
 	REQUIRE(pipe(ready_pipe) == 0 && pipe(posted_pipe) == 0, "pipe");
-	fflush(stdout);
-	/* Fork before the first RDMA call: the library's runtime does not survive fork(). */
-	pid = fork();
-	REQUIRE(pid >= 0, "fork");
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		role = "client_";
-		addr_with_last_octet(client_ip, sizeof(client_ip), 2);
-		REQUIRE(setenv("RNIC_ADDR", client_ip, 1) == 0, "setenv");
-		return client();
-	}
-	role = "server_";
-	server();
-	role = "";
-	begin("client_exit_status");
-	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
-	REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client ended with status %#x",
-		status);
-	ok();
-	return 0;
+	return run_server_and_client(server, client);
 }

@@ -16,7 +16,10 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -294,6 +297,39 @@ static inline struct rdma_cm_event *next_event(struct rdma_event_channel *ch,
 		"got %s status %d, want %s status %d", rdma_event_str(ev->event), ev->status,
 		rdma_event_str(want), want_status);
 	return ev;
+}
+
+/*
+ * Runs a two-process program: forks the client (role "client_", RNIC_ADDR with last octet 2)
+ * before the first RDMA call — the library's runtime does not survive fork() — runs `server`
+ * here (role "server_"), then checks the client's exit status ("client_exit_status"). Returns
+ * main's exit code.
+ */
+static inline int run_server_and_client(int (*server)(void), int (*client)(void))
+{
+	char client_ip[64];
+	pid_t pid;
+	int status;
+
+	fflush(stdout);
+	pid = fork();
+	REQUIRE(pid >= 0, "fork");
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		role = "client_";
+		addr_with_last_octet(client_ip, sizeof(client_ip), 2);
+		REQUIRE(setenv("RNIC_ADDR", client_ip, 1) == 0, "setenv");
+		return client();
+	}
+	role = "server_";
+	(void)server();
+	role = "";
+	begin("client_exit_status");
+	REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid");
+	REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client ended with status %#x",
+		status);
+	ok();
+	return 0;
 }
 
 #endif
