@@ -54,7 +54,7 @@ impl Checker {
         }
         let d = &mut self.host(e.host).dev;
         let mut v: Vec<(Invariant, String)> = Vec::new();
-        if d.device_fatal > 0 {
+        if d.device_fatal > 0 && event != A::DeviceFatal {
             // A disassociated context gets nothing after DEVICE_FATAL (SimDevice::remove).
             v.push((Invariant::S1, format!("{event:?} after DEVICE_FATAL")));
         }

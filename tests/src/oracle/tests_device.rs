@@ -1,7 +1,7 @@
 //! The rules of `oracle/device_events.rs`: a hand-made history that breaks one rule is caught
 //! under its invariant; the same history without the break passes.
 use super::*;
-use crate::world::{AsyncOn, Entry, Record};
+use crate::world::{AsyncOn, Call, Entry, Op, Record};
 use verbs_core::AsyncEventType as A;
 
 const QPN: u32 = 0x11;
@@ -135,6 +135,13 @@ fn device_fatal_once_per_device_life() {
     assert_eq!(broken(ok.clone()), []);
     let mut bad = ok;
     bad.push(asy(3, A::DeviceFatal, AsyncOn::Device));
+    assert_eq!(broken(bad), [Invariant::S1]);
+}
+
+#[test]
+fn no_async_event_after_device_fatal() {
+    let mut bad = vec![boot(), removed(1), asy(2, A::DeviceFatal, AsyncOn::Device)];
+    bad.push(asy(3, A::QpLastWqeReached, AsyncOn::Qp(0x11)));
     assert_eq!(broken(bad), [Invariant::S1]);
 }
 
