@@ -181,14 +181,23 @@ impl CmEngine {
     /// next REQ.
     pub(super) fn request_lifetime_ms(&self, r: &Req, mra_sent: bool) -> u64 {
         let cfg = &self.cfg;
+        // The REQ's fields, no larger than this node's own or Linux's defaults, whichever is
+        // larger: a peer tuned slower than this node (but not than Linux) is still waited for.
+        let linux = CmConfig::default();
         let plt = r
             .primary_path
             .local_ack_timeout
             .saturating_sub(1)
-            .min(cfg.packet_life_time);
+            .min(cfg.packet_life_time.max(linux.packet_life_time));
         let per_try = 2 * cm_convert_to_ms(plt)
-            + cm_convert_to_ms(r.remote_cm_response_timeout.min(cfg.cm_response_timeout));
-        let sends = u32::from(r.max_cm_retries.min(cfg.max_cm_retries)) + 1;
+            + cm_convert_to_ms(
+                r.remote_cm_response_timeout
+                    .min(cfg.cm_response_timeout.max(linux.cm_response_timeout)),
+            );
+        let sends = u32::from(
+            r.max_cm_retries
+                .min(cfg.max_cm_retries.max(linux.max_cm_retries)),
+        ) + 1;
         let retries = (1..=sends)
             .map(|k| cfg.backoff.timeout_ms(per_try, k))
             .fold(0u64, u64::saturating_add);

@@ -304,3 +304,50 @@ fn settings_the_world_cannot_honour_are_refused() {
         .add_msg_fault(MsgFault::drop(0, DREP, Occurrence::Nth(0)))
         .is_err());
 }
+
+/// A passive host tuned faster than its peer (1 CM retry, response timeout 10) still waits for
+/// the peer's whole REQ budget (15 retries at timeout 16, within Linux's defaults) before its
+/// unanswered request expires: one connect is one CONNECT_REQUEST, and the active side gives up
+/// first (UNREACHABLE −110). The expiry bound is the REQ's fields no larger than this node's own
+/// or Linux's defaults, whichever is larger (docs/cm-semantics.md).
+#[test]
+fn a_slower_peer_is_waited_for_one_connect_one_connect_request() -> R {
+    let slow = HostCm {
+        max_cm_retries: Some(15),
+        cm_response_timeout: Some(16),
+        ..HostCm::default()
+    };
+    let fast = HostCm {
+        max_cm_retries: Some(1),
+        cm_response_timeout: Some(10),
+        ..HostCm::default()
+    };
+    let cfg = WorldConfig::two_hosts(3)
+        .fast()
+        .with_host_cm(0, slow)
+        .with_host_cm(1, fast);
+    let mut w = World::new(cfg)?;
+    w.listen(1)?;
+    let active = w.connect(0, 1)?;
+    w.wait_event(1, None, CmEventType::ConnectRequest)?;
+    w.wait_event(0, Some(active.id), CmEventType::Unreachable)?;
+    let requests = w
+        .history()
+        .entries
+        .iter()
+        .filter(|e| {
+            e.host == 1
+                && matches!(
+                    e.rec,
+                    Record::Event {
+                        event: CmEventType::ConnectRequest,
+                        ..
+                    }
+                )
+        })
+        .count();
+    assert_eq!(requests, 1, "one connect, one CONNECT_REQUEST");
+    assert_eq!(sent(&w, 0, REQ).len(), 16, "1 + 15 REQs");
+    w.check()?;
+    Ok(())
+}
