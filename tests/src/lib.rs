@@ -15,6 +15,7 @@ pub mod explore;
 pub mod flood;
 pub mod host;
 pub mod hw_nic;
+pub mod interrupt;
 pub mod oracle;
 pub mod ping;
 pub mod scenario;
