@@ -35,6 +35,8 @@ pub struct DemoOptions {
     pub disconnect_by: DisconnectBy,
     /// Short CM timers (TimeWait 8 ms instead of 512 ms).
     pub fast_timers: bool,
+    /// Longest time without progress before a side gives up (`--timeout`).
+    pub timeout: Duration,
 }
 
 impl Default for DemoOptions {
@@ -46,6 +48,7 @@ impl Default for DemoOptions {
             count: 3,
             disconnect_by: DisconnectBy::Client,
             fast_timers: false,
+            timeout: Duration::from_secs(10),
         }
     }
 }
@@ -141,6 +144,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     }
     let side = SideOptions {
         recvs: opts.recvs,
+        timeout: opts.timeout,
         ..SideOptions::default()
     };
     let wire = WireOptions {
@@ -159,11 +163,15 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         count: opts.count,
         size: opts.size,
         disconnect_by: opts.disconnect_by,
+        duration: None,
     };
     // Two applications in one process: the server's runs on a scoped thread while the
     // client's runs here; each blocks on its own node's driver.
     let (c, s) = std::thread::scope(|scope| {
-        let srv = scope.spawn(|| server.serve_one(Duration::from_secs(30)));
+        // The client may take its whole --timeout to connect or to give up.
+        let wait = (2 * opts.timeout).max(Duration::from_secs(30));
+        let srv = &mut server;
+        let srv = scope.spawn(move || srv.serve_one(wait));
         let c = client.run(addr, params);
         let s = srv
             .join()
@@ -214,7 +222,13 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         })
         .collect();
     let passed = checks.iter().all(|k| k.ok);
-    let _ = writeln!(t, "verdict: {}", if passed { "PASS" } else { "FAIL" });
+    let interrupted = c.interrupted.as_ref().or(s.interrupted.as_ref());
+    let verdict = match (interrupted, passed) {
+        (Some(sig), _) => format!("INTERRUPTED by {sig}"),
+        (None, true) => "PASS".into(),
+        (None, false) => "FAIL".into(),
+    };
+    let _ = writeln!(t, "verdict: {verdict}");
     client.shutdown()?;
     server.shutdown()?;
     Ok(DemoReport {

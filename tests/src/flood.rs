@@ -170,6 +170,7 @@ fn req_datagram(
             count: 1,
             size: 64,
             disconnect_by: DisconnectBy::Client,
+            duration: None,
         };
         private_data.extend_from_slice(&params.encode(false));
     }

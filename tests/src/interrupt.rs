@@ -8,11 +8,14 @@
 //! something else registers a [`on_interrupt`] callback that wakes it. Library users who never
 //! call [`install`] see [`requested`] stay false.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// The first signal received (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Whether [`install`] ran.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Callbacks run (on the signal thread) when the first signal arrives.
 type Waker = Box<dyn Fn() + Send>;
@@ -48,6 +51,7 @@ pub fn install() -> std::io::Result<()> {
                 }
             }
         })?;
+    INSTALLED.store(true, Ordering::SeqCst);
     Ok(())
 }
 
@@ -64,6 +68,16 @@ pub fn signal() -> Option<i32> {
     }
 }
 
+/// The name of the first signal received: `SIGINT`, `SIGTERM`, or `none`.
+pub fn signal_name() -> &'static str {
+    match signal() {
+        Some(SIGINT) => "SIGINT",
+        Some(SIGTERM) => "SIGTERM",
+        Some(_) => "a signal",
+        None => "none",
+    }
+}
+
 /// The exit status of an interrupted command: 128 + the signal's number (130 for SIGINT, 143
 /// for SIGTERM), as a shell reports a process the signal killed; 130 if none arrived.
 pub fn exit_status() -> u8 {
@@ -71,8 +85,13 @@ pub fn exit_status() -> u8 {
 }
 
 /// Runs `wake` when the first signal arrives (at once if one already has): for a thread
-/// blocked on a condition variable that [`requested`] alone would not end.
+/// blocked on a condition variable that [`requested`] alone would not end. Does nothing
+/// before [`install`] (a library user's process, whose signals are its own business): the
+/// callbacks are kept for the life of the process.
 pub fn on_interrupt(wake: impl Fn() + Send + 'static + Clone) {
+    if !INSTALLED.load(Ordering::SeqCst) {
+        return;
+    }
     WAKERS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

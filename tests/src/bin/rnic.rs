@@ -5,6 +5,7 @@ use rnic_testbed::demo::{self, DemoOptions};
 use rnic_testbed::exec;
 use rnic_testbed::explore::{self, ExploreOptions, Summary};
 use rnic_testbed::flood;
+use rnic_testbed::interrupt;
 use rnic_testbed::ping::cli::{mtu, parse_mtu};
 use rnic_testbed::scenario;
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ enum Command {
         /// Path MTU in bytes (256, 512, 1024, 2048 or 4096).
         #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
         mtu: u32,
+        /// Seconds without progress before a side gives up (as `rnic ping --timeout`).
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        timeout: f64,
     },
     /// rping over real UDP: `--listen ADDR` (server) or `--connect ADDR` (client), each with its
     /// own simulated RNIC; CM connect, WRITE/READ/SEND with every byte checked, disconnect with
@@ -279,16 +283,30 @@ fn main() -> ExitCode {
             size,
             recvs,
             mtu: m,
+            timeout,
         } => {
+            // (NaN fails both comparisons.)
+            if !(timeout > 0.0 && timeout <= 1e6) {
+                eprintln!(
+                    "rnic demo: --timeout {timeout}: give seconds, more than 0 and at most 1000000"
+                );
+                return ExitCode::from(2);
+            }
+            if let Err(e) = interrupt::install() {
+                eprintln!("rnic demo: cannot catch SIGINT/SIGTERM: {e}");
+            }
             match demo::run(&DemoOptions {
                 size,
                 recvs,
                 mtu: mtu(m),
+                timeout: std::time::Duration::from_secs_f64(timeout),
                 ..DemoOptions::default()
             }) {
                 Ok(report) => {
                     print!("{}", report.transcript);
-                    if report.passed() {
+                    if interrupt::requested() {
+                        ExitCode::from(interrupt::exit_status())
+                    } else if report.passed() {
                         ExitCode::SUCCESS
                     } else {
                         ExitCode::FAILURE
@@ -326,7 +344,12 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Ping(args) => ExitCode::from(rnic_testbed::ping::cli::main(&args)),
+        Command::Ping(args) => {
+            if let Err(e) = interrupt::install() {
+                eprintln!("rnic ping: cannot catch SIGINT/SIGTERM: {e}");
+            }
+            ExitCode::from(rnic_testbed::ping::cli::main(&args))
+        }
         Command::Bench(args) => match std::env::current_exe() {
             Ok(rnic) => ExitCode::from(rnic_testbed::bench::main(&args, &rnic)),
             Err(e) => {

@@ -25,6 +25,8 @@ pub enum Stop {
     PeerDisconnected,
     /// Nothing happened for `--timeout`.
     Timeout(String),
+    /// SIGINT or SIGTERM (the signal's name).
+    Interrupted(&'static str),
     /// A check failed or a verb refused a call.
     Failed(String),
 }
@@ -35,6 +37,7 @@ impl std::fmt::Display for Stop {
             Stop::Transport(s) => write!(f, "a work request completed with {}", wc_name(*s)),
             Stop::PeerDisconnected => f.write_str("the peer disconnected during the data phase"),
             Stop::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Stop::Interrupted(sig) => write!(f, "interrupted by {sig}"),
             Stop::Failed(what) => f.write_str(what),
         }
     }
@@ -340,7 +343,36 @@ pub struct DataPhase {
     pub steps: u64,
     /// How it ended, once it has.
     pub outcome: Option<Outcome>,
+    /// One line per iteration for the application to print (`--per-iteration`), while it is
+    /// `Some`: at most [`MAX_LINES`] wait unread; past that they are counted in
+    /// `lines_lost`.
+    pub lines: Option<VecDeque<String>>,
+    /// Lines not kept because [`MAX_LINES`] were waiting.
+    pub lines_lost: u64,
 }
+
+/// The most per-iteration lines a [`DataPhase`] holds for its application.
+pub const MAX_LINES: usize = 4096;
+
+/// The FIN that ends the data phase: `RNPG-FIN` and the number of iterations the client ran
+/// (LE u32), which is fewer than asked when it ended early (`--duration`, SIGINT).
+pub fn fin_message(iterations: u32) -> Vec<u8> {
+    let mut v = FIN.to_vec();
+    v.extend_from_slice(&iterations.to_le_bytes());
+    v
+}
+
+/// The iteration count of a [`fin_message`], `None` for any other message.
+pub fn parse_fin(msg: &[u8]) -> Option<u32> {
+    let count = msg.strip_prefix(FIN)?;
+    Some(u32::from_le_bytes(count.try_into().ok()?))
+}
+
+/// The first bytes of a FIN (not a prefix of [`FIN_ACK`]).
+const FIN: &[u8] = b"RNPG-FIN:";
+
+/// The server's answer to a FIN.
+pub const FIN_ACK: &[u8] = b"RNPG-FIN-ACK";
 
 impl DataPhase {
     /// The data phase of `role` for `count` iterations of `op` with `size` bytes.
@@ -372,6 +404,32 @@ impl DataPhase {
             iterations: 0,
             steps: 0,
             outcome: None,
+            lines: None,
+            lines_lost: 0,
+        }
+    }
+
+    /// Ends the phase early (`--duration` ran out, or SIGINT): a client finishes the
+    /// iteration in progress (a WRITE stream: posts its last, checked WRITE once the
+    /// outstanding ones completed) and stops there; [`iterations`](Self::iterations) is then
+    /// the count its FIN announces. A server's phase ends when the client's FIN comes.
+    pub fn finish_early(&mut self) {
+        let end = match (self.role, self.op) {
+            (Role::Server, _) => return,
+            (Role::Client, PingOp::Write) => self.posted.saturating_add(1),
+            (Role::Client, _) if self.st == St::Next => self.i,
+            (Role::Client, _) => self.i.saturating_add(1),
+        };
+        self.count = self.count.min(end);
+    }
+
+    fn line(&mut self, text: impl FnOnce() -> String) {
+        if let Some(lines) = self.lines.as_mut() {
+            if lines.len() < MAX_LINES {
+                lines.push_back(text());
+            } else {
+                self.lines_lost += 1;
+            }
         }
     }
 
@@ -441,9 +499,18 @@ impl DataPhase {
                     let Some(msg) = self.ledger.messages.pop_front() else {
                         return Ok(());
                     };
-                    self.rtts_ns
-                        .push(now.as_nanos().saturating_sub(self.t_iter.as_nanos()));
+                    let rtt = now.as_nanos().saturating_sub(self.t_iter.as_nanos());
+                    self.rtts_ns.push(rtt);
                     self.verify("reply SEND", &msg, &pattern(self.i, b'P', size))?;
+                    if self.op == PingOp::Send {
+                        let i = self.i;
+                        self.line(|| {
+                            format!(
+                                "rnic-ping-{i}: SEND {size} B, reply verified, rtt {:.1} µs",
+                                rtt as f64 / 1e3
+                            )
+                        });
+                    }
                     if self.op == PingOp::All {
                         let wr = self.ledger.post_send(host, "RDMA READ", |id, mr| {
                             SendWr::rdma_read(
@@ -464,12 +531,25 @@ impl DataPhase {
                     }
                     let got = self.ledger.load(host, l.scratch, size)?;
                     self.verify("RDMA READ", &got, &pattern(self.i, b'R', size))?;
+                    let (i, rtt) = (self.i, self.rtts_ns.last().copied().unwrap_or(0));
+                    self.line(|| {
+                        format!(
+                            "rnic-ping-{i}: WRITE, SEND, reply and READ of {size} B verified, rtt {:.1} µs",
+                            rtt as f64 / 1e3
+                        )
+                    });
                     self.next_iteration();
                 }
                 (Role::Server, St::Next) => {
                     let Some(msg) = self.ledger.messages.pop_front() else {
                         return Ok(());
                     };
+                    if parse_fin(&msg).is_some() {
+                        // The client ended early: the session reads the FIN.
+                        self.ledger.messages.push_front(msg);
+                        self.outcome = Some(Outcome::Done);
+                        return Ok(());
+                    }
                     let i = self.i;
                     self.verify("SEND", &msg, &pattern(i, b'S', size))?;
                     if self.op == PingOp::All {
@@ -489,6 +569,15 @@ impl DataPhase {
                     // The reply's completion is booked later: the client's next request
                     // proves it arrived; a failure shows as an error completion.
                     self.ledger.send(host, &pattern(self.i, b'P', size))?;
+                    let (i, op) = (self.i, self.op);
+                    self.line(|| match op {
+                        PingOp::All => {
+                            format!(
+                                "rnic-ping-{i}: WRITE and SEND of {size} B verified, reply sent"
+                            )
+                        }
+                        _ => format!("rnic-ping-{i}: SEND of {size} B verified, reply sent"),
+                    });
                     self.next_iteration();
                 }
                 (_, state) => {
@@ -520,6 +609,9 @@ impl DataPhase {
                 break;
             }
             self.writes.pop_front();
+            let i = self.i;
+            let size = self.size;
+            self.line(|| format!("rnic-ping-{i}: WRITE of {size} B completed"));
             self.next_iteration();
         }
         if self.i == self.count {
@@ -600,6 +692,14 @@ impl<N: Nic> PingHost<N> {
     /// Whether the data phase has an outcome (or there is none running).
     pub fn data_settled(&self) -> bool {
         self.data.as_ref().is_none_or(|d| d.outcome.is_some())
+    }
+
+    /// Whether the data phase has per-iteration lines for the application to print.
+    pub fn data_lines(&self) -> bool {
+        self.data
+            .as_ref()
+            .and_then(|d| d.lines.as_ref())
+            .is_some_and(|l| !l.is_empty())
     }
 }
 

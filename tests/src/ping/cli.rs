@@ -16,44 +16,63 @@ use std::path::PathBuf;
 use std::time::Duration;
 use verbs_core::Mtu;
 
-/// `rnic ping --listen ADDR` (server) or `rnic ping --connect ADDR` (client).
+/// `rnic ping --listen ADDR` (server) or `rnic ping --connect ADDR` (client). Short flags
+/// follow rping (`-C` count, `-S` size) and perftest (`-n` iterations, `-D` duration, `-t`
+/// tx depth, `-r` rx depth, `-d` device, `-i` port, `-x` GID index, `-m` MTU).
+/// Options of the other role are refused (exit 2).
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["listen", "connect"])))]
 pub struct PingArgs {
-    /// Serve on this UDP socket (ip:port; port 0 picks one, printed as `listening on ADDR`).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve on this UDP socket (HOST:PORT, a name or an address; port 0 picks one, printed
+    /// as `listening on ADDR`).
+    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub listen: Option<SocketAddr>,
-    /// Connect to the server's UDP socket (ip:port).
-    #[arg(long, value_name = "ADDR")]
+    /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`).
+    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub connect: Option<SocketAddr>,
-    /// Iterations (client).
-    #[arg(long, default_value_t = 10)]
-    pub count: u32,
-    /// Bytes per SEND, WRITE and READ (client; 1..=1048576).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SIZE)))]
-    pub size: u32,
+    /// Iterations (client; rping's -C, perftest's -n) [default: 10].
+    #[arg(short = 'C', long, short_alias = 'n', conflicts_with_all = ["listen", "duration"])]
+    pub count: Option<u32>,
+    /// Run for this many seconds instead of a count (client; perftest's -D): the iteration in
+    /// progress then finishes and the FIN tells the server how many ran.
+    #[arg(short = 'D', long, value_name = "SECS", conflicts_with = "listen")]
+    pub duration: Option<f64>,
+    /// Bytes per SEND, WRITE and READ (client; 1..=1048576; rping's -S) [default: 4096].
+    #[arg(short = 'S', long, conflicts_with = "listen", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_SIZE)))]
+    pub size: Option<u32>,
     /// What each iteration does (client): all = WRITE+SEND+reply+READ, send = ping-pong,
-    /// write = WRITE stream.
-    #[arg(long, value_enum, default_value_t = PingOp::All)]
-    pub op: PingOp,
-    /// Who calls rdma_disconnect first (client decides for both).
-    #[arg(long, value_enum, default_value_t = DisconnectBy::Client)]
-    pub disconnect_by: DisconnectBy,
-    /// WRITEs kept outstanding (client, `--op write`; perftest's `-t`). Every WRITE but the
-    /// last sends one buffer written once; the last is posted alone with its own pattern, which
-    /// the server checks.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DEPTH)))]
-    pub depth: u32,
-    /// Receives kept posted (all still posted, then flushed, at the disconnect).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RECVS)))]
+    /// write = WRITE stream [default: all].
+    #[arg(long, value_enum, conflicts_with = "listen")]
+    pub op: Option<PingOp>,
+    /// Who calls rdma_disconnect first (client; it decides for both) [default: client].
+    #[arg(long, value_enum, conflicts_with = "listen")]
+    pub disconnect_by: Option<DisconnectBy>,
+    /// WRITEs kept outstanding (client, `--op write` only; perftest's -t) [default: 1]. Every
+    /// WRITE but the last sends one buffer written once; the last is posted alone with its
+    /// own pattern, which the server checks.
+    #[arg(short = 't', long, conflicts_with = "listen", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DEPTH)))]
+    pub depth: Option<u32>,
+    /// Receives kept posted (all still posted, then flushed, at the disconnect; perftest's
+    /// -r).
+    #[arg(short = 'r', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RECVS)))]
     pub recvs: u32,
     /// Print the report as one JSON object (server: one per line, after a
-    /// `{"listening":ADDR}` line).
+    /// `{"listening":ADDR}` line). No progress line then.
     #[arg(long)]
     pub json: bool,
     /// Server: serve one connection, then exit with its verdict.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     pub once: bool,
+    /// A progress line on stderr every second (iterations, rate, bandwidth,
+    /// retransmissions). Default: on when stderr is a terminal and without --json.
+    #[arg(long, overrides_with = "no_progress")]
+    pub progress: bool,
+    /// No progress line.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// One line per iteration on stderr, as rping's -v prints each ping.
+    #[arg(long)]
+    pub per_iteration: bool,
     /// Short CM and transport timers: DREQ gives up after ≈ 0.12 s, RC retries after ≈ 0.13 s,
     /// TimeWait 16 ms (Linux: ≈ 74 s, ≈ 0.5 s, 512 ms).
     #[arg(long)]
@@ -69,31 +88,55 @@ pub struct PingArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// After this many iterations treat the peer as dead: drop every datagram to and from it.
-    /// The verdict then expects RETRY_EXC_ERR and DISCONNECTED with status -110.
+    /// The verdict then expects RETRY_EXC_ERR and DISCONNECTED with status -110. A client
+    /// refuses a value above its --count; on a server a value past the client's count means
+    /// "at the close".
     #[arg(long, value_name = "N")]
     pub kill_peer_after: Option<u32>,
     /// Write the datagrams this side sent and received to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
-    /// Seconds to wait for the peer before giving up: for ESTABLISHED, and in the data phase
-    /// for progress.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds without progress before giving up: waiting for ESTABLISHED, for the peer's
+    /// messages, for the next completion of the data phase, for the disconnect.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub timeout: f64,
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096; on hardware at most the port's
-    /// active MTU).
-    #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
+    /// active MTU; perftest's -m).
+    #[arg(short, long, default_value_t = 1024, value_parser = parse_mtu)]
     pub mtu: u32,
     /// Run on this hardware RDMA device (e.g. rxe0, mlx5_0) instead of the simulated RNIC;
     /// `any` takes the first with an active port. Needs a build with `--features hw`; both
-    /// ends give it. The CM's MADs still use the UDP socket of --listen / the client's.
-    #[arg(long, value_name = "NAME")]
+    /// ends give it. The CM's MADs still use the UDP socket of --listen / the client's
+    /// (perftest's -d).
+    #[arg(short = 'd', long, value_name = "NAME")]
     pub device: Option<String>,
-    /// With --device: the port (default: the first active one).
-    #[arg(long, value_name = "N", requires = "device")]
+    /// With --device: the port (default: the first active one; perftest's -i).
+    #[arg(short = 'i', long, value_name = "N", requires = "device")]
     pub ib_port: Option<u8>,
-    /// With --device: the GID index (default: the RoCEv2 GID of the socket's IPv4 address).
-    #[arg(long, value_name = "N", requires = "device")]
+    /// With --device: the GID index (default: the RoCEv2 GID of the socket's IPv4 address;
+    /// perftest's -x).
+    #[arg(short = 'x', long, value_name = "N", requires = "device")]
     pub gid_index: Option<u32>,
+}
+
+/// Parses HOST:PORT: an address (`127.0.0.1:7471`, `[::1]:7471`) or a host name resolved by
+/// the system (`localhost:7471`; its first IPv4 address, else its first).
+///
+/// # Errors
+/// No port, or the name does not resolve.
+pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| format!("{e} (give HOST:PORT, e.g. localhost:7471 or 192.0.2.1:7471)"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{s}: the name has no address"))
 }
 
 /// Parses an MTU in bytes (256, 512, 1024, 2048, 4096).
@@ -125,9 +168,11 @@ fn print_report(r: &PingReport, json: bool) {
 }
 
 /// Runs `rnic ping`; returns the exit code: 0 when every check held, 1 when one failed, 2 on
-/// an error (bad option, socket, file).
+/// an error (bad option, socket, file), 128 + the signal's number (130 for SIGINT) when a
+/// signal stopped it (its report printed first, marked interrupted).
 pub fn main(a: &PingArgs) -> u8 {
     match run(a) {
+        _ if crate::interrupt::requested() => crate::interrupt::exit_status(),
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
@@ -137,14 +182,52 @@ pub fn main(a: &PingArgs) -> u8 {
     }
 }
 
-fn run(a: &PingArgs) -> Result<bool, PingError> {
+/// A positive number of seconds, at most 10⁶ (`what` names the option).
+fn seconds(what: &str, v: f64) -> Result<Duration, PingError> {
     // (NaN fails both comparisons.)
-    if !(a.timeout > 0.0 && a.timeout <= 1e6) {
+    if !(v > 0.0 && v <= 1e6) {
         return Err(PingError::Options(format!(
-            "--timeout {}: give seconds, more than 0 and at most 1000000",
-            a.timeout
+            "{what} {v}: give seconds, more than 0 and at most 1000000"
         )));
     }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// The client's parameters, checked against each other (clap checked each alone and the
+/// options of the other role).
+fn client_params(a: &PingArgs) -> Result<Params, PingError> {
+    let op = a.op.unwrap_or(PingOp::All);
+    if a.depth.is_some() && op != PingOp::Write {
+        return Err(PingError::Options(format!(
+            "--depth applies to --op write only (each {} iteration waits for its reply)",
+            op.name()
+        )));
+    }
+    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
+    let count = match duration {
+        // A bound the run will not reach: the FIN says how many ran.
+        Some(_) => u32::MAX,
+        None => a.count.unwrap_or(10),
+    };
+    if let (Some(k), None) = (a.kill_peer_after, duration) {
+        if k > count {
+            return Err(PingError::Options(format!(
+                "--kill-peer-after {k} is past --count {count}: give at most {count} (the \
+                 peer then dies at the close)"
+            )));
+        }
+    }
+    Ok(Params {
+        op,
+        count,
+        size: a.size.unwrap_or(4096),
+        disconnect_by: a.disconnect_by.unwrap_or(DisconnectBy::Client),
+        duration,
+    })
+}
+
+fn run(a: &PingArgs) -> Result<bool, PingError> {
+    let timeout = seconds("--timeout", a.timeout)?;
     let device = a.device.as_ref().map(|name| HwOptions {
         device: (name != "any").then(|| name.clone()),
         port: a.ib_port,
@@ -158,13 +241,17 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
                 .into(),
         ));
     }
+    let params = a.connect.map(|_| client_params(a)).transpose()?;
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let side = SideOptions {
         recvs: a.recvs,
         kill_peer_after: a.kill_peer_after,
-        depth: a.depth,
-        timeout: Duration::from_secs_f64(a.timeout),
+        depth: a.depth.unwrap_or(1),
+        timeout,
         pcap: a.pcap.clone(),
         device,
+        progress: a.progress || (terminal && !a.json && !a.no_progress),
+        per_iteration: a.per_iteration,
     };
     let wire = WireOptions {
         drop_rate: a.drop_rate,
@@ -173,27 +260,27 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
         mtu: mtu(a.mtu),
     };
     match side.device {
-        Some(_) => run_on::<HwNic>(a, &side, &wire),
-        None => run_on::<SimNic>(a, &side, &wire),
+        Some(_) => run_on::<HwNic>(a, params, &side, &wire),
+        None => run_on::<SimNic>(a, params, &side, &wire),
     }
 }
 
-/// The client or server on the NIC `N`.
+/// The client (with its `params`) or server on the NIC `N`.
 fn run_on<N: PingNic>(
     a: &PingArgs,
+    params: Option<Params>,
     side: &SideOptions,
     wire: &WireOptions,
 ) -> Result<bool, PingError> {
     let (side, wire) = (side.clone(), *wire);
-    if let Some(server) = a.connect {
+    if let (Some(server), Some(params)) = (a.connect, params) {
         let mut c = Client::<N>::bind(server, &side, &wire)?;
-        let params = Params {
-            op: a.op,
-            count: a.count,
-            size: a.size,
-            disconnect_by: a.disconnect_by,
-        };
         let r = c.run(server, params)?;
+        if r.path_mtu.is_none() {
+            if let Some(why) = &r.stopped {
+                eprintln!("rnic ping: no connection: {why}");
+            }
+        }
         print_report(&r, a.json);
         c.shutdown()?;
         return Ok(r.passed());
@@ -212,17 +299,29 @@ fn run_on<N: PingNic>(
         let _ = out.write_all(line.as_bytes());
         let _ = out.flush();
     }
-    let mut all = true;
-    loop {
+    let (mut all, mut served, mut passed) = (true, 0u64, 0u64);
+    while !crate::interrupt::requested() {
         if let Some(r) = s.serve_one(Duration::from_secs(3600))? {
             print_report(&r, a.json);
             all &= r.passed();
+            served += 1;
+            passed += u64::from(r.passed());
             if a.once {
                 break;
             }
         }
     }
-    if a.drop_rate > 0.0 {
+    if crate::interrupt::requested() {
+        let sig = crate::interrupt::signal_name();
+        let line = if a.json {
+            format!("{{\"interrupted\":\"{sig}\",\"served\":{served},\"passed\":{passed}}}\n")
+        } else {
+            format!("interrupted by {sig}: served {served} client(s), {passed} passed\n")
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    } else if a.drop_rate > 0.0 {
         // Losses are on purpose here: the DREP this side sent may be one of them.
         s.linger();
     }

@@ -19,7 +19,7 @@ use super::nic::PingNic;
 use super::params::Params;
 use super::session::conn_param;
 use super::wire::FaultyEndpoint;
-use cm_core::api::{CmEvent, CmEventType, CmIdHandle};
+use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
 use cm_core::engine::IbCmId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -200,6 +200,13 @@ impl Lobby {
         }
         let peer = cx.ep.inner().host().nic().peer_addr(Gid::from_ip(ip));
         let depth = Self::depth(self.recvs);
+        // Clients served before this one: its REP says so, so that it can tell a busy server
+        // from a dead one while it waits.
+        let ahead = self.ready.len() + usize::from(self.serving.is_some());
+        let param = ConnParam {
+            private_data: busy_note(ahead),
+            ..conn_param()
+        };
         let (cm, dev) = cx.ep.inner_mut().host_mut().split();
         let cq = dev
             .create_cq(2 * depth + 16, Some(cx.comp))
@@ -207,7 +214,7 @@ impl Lobby {
         let init = QpInitAttr::rc(cq, cq, QpCap::uniform(depth, 1, 0), true);
         let qp = match cm
             .create_qp(dev, id, cx.pd, &init)
-            .and_then(|qp| cm.accept(dev, cx.now, id, &conn_param()).map(|()| qp))
+            .and_then(|qp| cm.accept(dev, cx.now, id, &param).map(|()| qp))
             .and_then(|qp| {
                 // The receives are posted when the client's session starts, after
                 // ESTABLISHED; a SEND that comes first is RNR NAKed with this QP's timer,
@@ -348,4 +355,25 @@ fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
             .nic_mut()
             .release_peer(Gid::from_ip(c.ip));
     }
+}
+
+/// The first bytes of a REP's private data that says the server is busy.
+const BUSY: &[u8] = b"RNPG-BUSY";
+
+/// A REP's private data when `ahead` clients are served before this one: `RNPG-BUSY` and
+/// `ahead` (LE u32); empty when none is.
+pub fn busy_note(ahead: usize) -> Vec<u8> {
+    if ahead == 0 {
+        return Vec::new();
+    }
+    let mut v = BUSY.to_vec();
+    v.extend_from_slice(&u32::try_from(ahead).unwrap_or(u32::MAX).to_le_bytes());
+    v
+}
+
+/// The clients ahead of this one, from a REP's private data (ESTABLISHED's on the client);
+/// `None` when the server was free.
+pub fn parse_busy(private_data: &[u8]) -> Option<u32> {
+    let n = private_data.strip_prefix(BUSY)?.get(..4)?;
+    Some(u32::from_le_bytes(n.try_into().ok()?))
 }

@@ -197,6 +197,10 @@ pub struct SideOptions {
     pub pcap: Option<PathBuf>,
     /// The hardware RNIC to run on (`--device`; needs a [`nic::PingNic`] that takes one).
     pub device: Option<HwOptions>,
+    /// Print a progress line on stderr every second (`--progress`).
+    pub progress: bool,
+    /// Print one line per iteration on stderr (`--per-iteration`, rping's `-v`).
+    pub per_iteration: bool,
 }
 
 impl Default for SideOptions {
@@ -208,6 +212,8 @@ impl Default for SideOptions {
             timeout: Duration::from_secs(10),
             pcap: None,
             device: None,
+            progress: false,
+            per_iteration: false,
         }
     }
 }

@@ -172,14 +172,18 @@ impl<N: PingNic> Node<N> {
                 let h = ep.inner();
                 let cm = h.host().cm().pending_events(ch) > 0;
                 match &h.data {
-                    // The data phase runs in the driver: wake the application when it settles.
-                    Some(d) => cm || d.outcome.is_some(),
+                    // The data phase runs in the driver: wake the application when it settles
+                    // or has per-iteration lines to print.
+                    Some(d) => cm || d.outcome.is_some() || h.data_lines(),
                     None => any || cm,
                 }
             });
         let waker = waiter
             .map(|w| DeviceWaker::spawn(w, driver.handle().clone(), comp.clone()))
             .transpose()?;
+        // A signal wakes the application's waits (they check it in their conditions).
+        let h = driver.handle().clone();
+        crate::interrupt::on_interrupt(move || h.with(|_, _| ()));
         Ok(Node {
             driver,
             waker,
@@ -350,9 +354,12 @@ impl<N: PingNic> Node<N> {
             if now >= deadline {
                 return None;
             }
+            if crate::interrupt::requested() {
+                return None;
+            }
             let ch = self.ch;
             self.handle().wait_until(deadline - now, |ep| {
-                ep.inner().host().cm().pending_events(ch) > 0
+                ep.inner().host().cm().pending_events(ch) > 0 || crate::interrupt::requested()
             });
         }
     }
@@ -390,6 +397,11 @@ impl<N: PingNic> Node<N> {
         since
     }
 
+    /// The wire counters now (since the node started).
+    pub(super) fn wire_now(&self) -> WireRecord {
+        wire_counters(self)
+    }
+
     /// Requests evicted from the lobby by newer ones while still in their handshake.
     pub fn evicted(&self) -> u64 {
         self.lobby.borrow().as_ref().map_or(0, |l| l.evicted)
@@ -406,8 +418,9 @@ impl<N: PingNic> Node<N> {
             return Some(ev);
         }
         let ch = self.ch;
-        self.handle()
-            .wait_until(timeout, |ep| ep.inner().host().cm().pending_events(ch) > 0);
+        self.handle().wait_until(timeout, |ep| {
+            ep.inner().host().cm().pending_events(ch) > 0 || crate::interrupt::requested()
+        });
         self.handle().with(|ep, now| get_event(ep, now, ch))
     }
 

@@ -14,24 +14,26 @@ pub struct Params {
     pub size: u32,
     /// Who calls `rdma_disconnect` first.
     pub disconnect_by: DisconnectBy,
+    /// Run for this long instead of `count` iterations (`--duration`; `count` is then a
+    /// bound, and the client's FIN says how many it ran). Millisecond resolution.
+    pub duration: Option<std::time::Duration>,
 }
 
 /// The first bytes of a ping REQ's private data and of the buffer-info message.
 pub(super) const MAGIC: &[u8; 4] = b"RNPG";
 
 impl Params {
-    /// The REQ private data: `RNPG`, version 1, op, disconnect-by, flags (bit 0: the client
-    /// runs on a hardware RNIC, `hardware`), count (LE), size (LE).
+    /// The REQ private data (20 bytes): `RNPG`, version 1, op, disconnect-by, flags (bit 0:
+    /// the client runs on a hardware RNIC, `hardware`; bit 1: a duration is given), count
+    /// (LE), size (LE), duration in ms (LE).
     pub fn encode(&self, hardware: bool) -> Vec<u8> {
         let mut v = MAGIC.to_vec();
-        v.extend_from_slice(&[
-            1,
-            self.op as u8,
-            self.disconnect_by as u8,
-            u8::from(hardware),
-        ]);
+        let flags = u8::from(hardware) | u8::from(self.duration.is_some()) << 1;
+        v.extend_from_slice(&[1, self.op as u8, self.disconnect_by as u8, flags]);
         v.extend_from_slice(&self.count.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
+        let ms = self.duration.map_or(0, |d| d.as_millis());
+        v.extend_from_slice(&u32::try_from(ms).unwrap_or(u32::MAX).to_le_bytes());
         v
     }
 
@@ -45,11 +47,18 @@ impl Params {
         let disconnect_by = DisconnectBy::from_u8(b[6])?;
         let count = u32::from_le_bytes(b[8..12].try_into().ok()?);
         let size = u32::from_le_bytes(b[12..16].try_into().ok()?);
+        let duration = match b.get(16..20) {
+            Some(ms) if b[7] & 2 != 0 => Some(std::time::Duration::from_millis(u64::from(
+                u32::from_le_bytes(ms.try_into().ok()?),
+            ))),
+            _ => None,
+        };
         let params = Params {
             op,
             count,
             size,
             disconnect_by,
+            duration,
         };
         (1..=super::MAX_SIZE)
             .contains(&size)

@@ -174,8 +174,11 @@ pub struct PingReport {
     pub peer: String,
     /// `all`, `send` or `write`.
     pub op: String,
-    /// Iterations asked for.
+    /// Iterations asked for (with `duration_s`: the iterations the client ran, once its FIN
+    /// said so).
     pub count: u32,
+    /// The run's length in seconds when the client gave `--duration` instead of a count.
+    pub duration_s: Option<f64>,
     /// WRITEs kept outstanding (`--depth`; a `--op write` client only, else `None`).
     pub depth: Option<u32>,
     /// Bytes per SEND/WRITE/READ.
@@ -204,8 +207,12 @@ pub struct PingReport {
     pub stopped: Option<String>,
     /// Every check.
     pub checks: Vec<CheckRecord>,
-    /// `PASS` when every check held, else `FAIL`.
+    /// `PASS` when every check held, else `FAIL`; `INTERRUPTED` when a signal stopped the
+    /// session (the checks then say how far it got).
     pub verdict: String,
+    /// The signal that stopped the session (`SIGINT`, `SIGTERM`), if one did: the report is
+    /// partial.
+    pub interrupted: Option<String>,
     /// Driver time of this side's start of the connection, ns (to merge two sides in one
     /// process; see [`UdpHandle::epoch`](rnic_sim::fabric::udp::UdpHandle::epoch)).
     #[serde(skip)]
@@ -213,26 +220,34 @@ pub struct PingReport {
 }
 
 impl PingReport {
-    /// True when every check held.
+    /// True when every check held and no signal stopped the session.
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
+        self.interrupted.is_none() && self.checks.iter().all(|c| c.ok)
     }
 
     /// The report as text, one fact a line, ending with the verdict.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
+        let runs = match self.duration_s {
+            Some(d) => format!("{d:.1} s of {} B", self.size),
+            None => format!("{} × {} B", self.count, self.size),
+        };
         let _ = writeln!(
             s,
-            "rnic ping {}: {} <-> {} (op {}{}, {} × {} B, disconnect by {})",
+            "rnic ping {}: {} <-> {} (op {}{}, {runs}, disconnect by {})",
             self.role,
             self.local,
             self.peer,
             self.op,
             self.depth.map_or(String::new(), |d| format!(" depth {d}")),
-            self.count,
-            self.size,
             self.disconnect_by
         );
+        if let Some(sig) = &self.interrupted {
+            let _ = writeln!(
+                s,
+                "  INTERRUPTED by {sig}: a partial report (the session stopped and disconnected)"
+            );
+        }
         let _ = match self.path_mtu {
             Some(mtu) => writeln!(s, "  on {}, path MTU {mtu}", self.device),
             None => writeln!(s, "  on {}", self.device),
@@ -267,11 +282,25 @@ impl PingReport {
             .map(|q| format!("{} {}", q.when, q.state))
             .collect();
         let _ = writeln!(s, "  QP states: {}", states.join("; "));
-        let _ = writeln!(
-            s,
-            "  data: {} of {} iterations, {} bytes verified",
-            self.iterations, self.count, self.bytes_verified
-        );
+        let _ = match self.duration_s {
+            Some(d) => writeln!(
+                s,
+                "  data: {} iterations in a {d:.1} s run, {} bytes verified",
+                self.iterations, self.bytes_verified
+            ),
+            None => writeln!(
+                s,
+                "  data: {} of {} iterations{}, {} bytes verified",
+                self.iterations,
+                self.count,
+                if self.iterations < self.count && self.stopped.is_none() {
+                    " (the client ended the run early)"
+                } else {
+                    ""
+                },
+                self.bytes_verified
+            ),
+        };
         if let Some(l) = &self.latency {
             let _ = writeln!(
                 s,

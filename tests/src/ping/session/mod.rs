@@ -6,9 +6,13 @@
 //! wake filter when a completion-channel or CM event arrives: no polling loop, no sleep). The
 //! iterations run as a [`DataPhase`] inside the endpoint, in the driver's thread.
 
+mod data;
+mod diagnose;
+mod live;
 mod verdict;
 
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
+use super::lobby::parse_busy;
 use super::lobby::Lobby;
 use super::nic::PingNic;
 use super::node::{Node, PingEndpoint};
@@ -18,8 +22,11 @@ use super::report::{
     TimelineEntry,
 };
 use super::{PingOp, Role};
+use crate::interrupt;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
 use cm_core::engine::IbCmState;
+use data::nanos;
+use live::Live;
 use rnic_sim::fabric::udp::UdpHandle;
 use rnic_sim::nic::SimNic;
 use std::collections::VecDeque;
@@ -37,8 +44,10 @@ fn qp_state_name(s: QpState) -> String {
 /// Bytes of the buffer-info message: write address, read address (u64 LE), rkey, length (u32
 /// LE), magic.
 const INFO_LEN: usize = 28;
-const FIN: &[u8] = b"RNPG-FIN";
-const FIN_ACK: &[u8] = b"RNPG-FIN-ACK";
+
+/// The longest a session waits for anything once a signal asked it to stop: the FIN
+/// exchange of a client, the DREP of the DREQ this side sent, TIMEWAIT_EXIT.
+const GRACE: Duration = Duration::from_secs(2);
 
 /// One side of one connection. Built by the client after `rdma_resolve_addr` and by the server
 /// on CONNECT_REQUEST; [`Session::run`] does the rest.
@@ -73,6 +82,18 @@ pub struct Session<'a, N: PingNic = SimNic> {
     established: bool,
     /// The QP's path MTU once connected (what the CM negotiated, after the device's clamp).
     path_mtu: Option<Mtu>,
+    /// The signal that asked this session to stop, if one did.
+    interrupted: Option<&'static str>,
+    /// Past the data phase (the FIN exchange, the teardown): a signal shortens the waits to
+    /// [`GRACE`] instead of ending them.
+    closing: bool,
+    /// Progress and per-iteration lines.
+    live: Live,
+    /// Clients the server served before this one, as its REP said (client).
+    busy_ahead: Option<u32>,
+    /// The iterations the run ended with when it ended before the count asked for
+    /// (`--duration`, a signal): what the FIN said.
+    ended_early: Option<u32>,
 }
 
 impl<'a, N: PingNic> Session<'a, N> {
@@ -117,6 +138,11 @@ impl<'a, N: PingNic> Session<'a, N> {
             failures: Vec::new(),
             established: false,
             path_mtu: None,
+            interrupted: None,
+            closing: false,
+            live: Live::new(side.progress, side.per_iteration),
+            busy_ahead: None,
+            ended_early: None,
         };
         for (ev, at) in setup_events {
             s.record_event(&ev, at);
@@ -154,6 +180,23 @@ impl<'a, N: PingNic> Session<'a, N> {
             t_ms: self.ms(now),
             what,
         });
+    }
+
+    /// The signal that asked the process to stop, if one did (noted in the timeline once).
+    fn interrupted(&mut self) -> Option<&'static str> {
+        if self.interrupted.is_none() {
+            let name = match interrupt::signal()? {
+                interrupt::SIGTERM => "SIGTERM",
+                _ => "SIGINT",
+            };
+            self.interrupted = Some(name);
+            let now = self.h().now();
+            self.note(
+                now,
+                format!("{name}: stopping (a second signal exits at once)"),
+            );
+        }
+        self.interrupted
     }
 
     fn qp_state(&mut self, when: &str) -> Option<QpState> {
@@ -247,8 +290,9 @@ impl<'a, N: PingNic> Session<'a, N> {
 
     /// Pumps until `cond` holds. In the data phase an error completion, a DISCONNECTED or
     /// `--timeout` without progress ends the wait with the reason.
+    /// A signal ends the wait at once, except while closing (then the limit is [`GRACE`]).
     fn wait(&mut self, what: &str, cond: impl Fn(&Session<'_, N>) -> bool) -> Result<(), Stop> {
-        let timeout = self.timeout.as_nanos() as u64;
+        let mut timeout = nanos(self.timeout);
         let mut limit = self.h().now().plus_nanos(timeout);
         // `--timeout` is a limit on time without progress: datagrams still arriving (a WRITE
         // stream, which completes nothing on this side) push the limit on.
@@ -257,6 +301,15 @@ impl<'a, N: PingNic> Session<'a, N> {
             self.pump()?;
             if cond(self) {
                 return Ok(());
+            }
+            if let Some(sig) = self.interrupted() {
+                if !self.closing {
+                    return Err(Stop::Interrupted(sig));
+                }
+                if timeout > nanos(GRACE) {
+                    timeout = nanos(GRACE);
+                    limit = limit.min(self.h().now().plus_nanos(timeout));
+                }
             }
             if !self.l.disconnecting {
                 if let Some(s) = self.l.transport_error {
@@ -296,7 +349,9 @@ impl<'a, N: PingNic> Session<'a, N> {
             let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
             let ch = self.node.channel();
             self.h().wait_until(left, |ep| {
-                ep.generation() != g || ep.inner().host().cm().pending_events(ch) > 0
+                ep.generation() != g
+                    || ep.inner().host().cm().pending_events(ch) > 0
+                    || interrupt::requested()
             });
         }
     }
@@ -361,7 +416,8 @@ impl<'a, N: PingNic> Session<'a, N> {
     /// Kills the peer (fault layer) at the close when `--kill-peer-after` ≥ count (earlier
     /// points pause the data phase instead).
     fn maybe_kill(&mut self, at: u32) {
-        if self.kill_after.map(|k| k.min(self.params.count)) == Some(at) {
+        let count = self.ended_early.unwrap_or(self.params.count);
+        if self.kill_after.map(|k| k.min(count)) == Some(at) {
             let now = self.h().with(|ep, now| {
                 ep.kill_peer();
                 now
@@ -391,7 +447,28 @@ impl<'a, N: PingNic> Session<'a, N> {
                 cm.connect(dev, now, id, &param)
             })
             .map_err(|e| Stop::Failed(format!("rdma_connect: {e}")))?;
-        self.expect_event(CmEventType::Established)?;
+        let ev = match self.wait("ESTABLISHED", |s| !s.pending.is_empty()) {
+            Ok(()) => self.pending.pop_front(),
+            Err(stop) => return Err(self.no_connection(stop, None)),
+        };
+        let Some(ev) = ev else {
+            return Err(Stop::Failed("no event".into()));
+        };
+        if ev.event != CmEventType::Established {
+            let stop = Stop::Failed(format!(
+                "expected ESTABLISHED, got {:?} (status {})",
+                ev.event, ev.status
+            ));
+            return Err(self.no_connection(stop, Some(&ev)));
+        }
+        if let Some(ahead) = parse_busy(&ev.param.private_data) {
+            self.busy_ahead = Some(ahead);
+            let now = self.h().now();
+            let text =
+                format!("the server is busy: {ahead} client(s) before us; waiting for our turn");
+            eprintln!("rnic ping: connected to {}; {text}", self.peer);
+            self.note(now, text);
+        }
         Ok(())
     }
 
@@ -416,7 +493,15 @@ impl<'a, N: PingNic> Session<'a, N> {
         info.extend_from_slice(&self.params.size.to_le_bytes());
         info.extend_from_slice(MAGIC);
         let wr = self.send(&info)?;
-        let msg = self.next_message("the peer's buffer info")?;
+        let msg = match (self.next_message("the peer's buffer info"), self.busy_ahead) {
+            (Err(Stop::Timeout(what)), Some(ahead)) => {
+                return Err(Stop::Timeout(format!(
+                    "{what}: the server said it had {ahead} client(s) to serve before us \
+                     (a longer --timeout waits for them)"
+                )))
+            }
+            (r, _) => r?,
+        };
         self.wait_send(wr, "the info SEND's completion")?;
         let bad = || Stop::Failed(format!("bad buffer info message ({} bytes)", msg.len()));
         if msg.len() != INFO_LEN || &msg[24..28] != MAGIC {
@@ -443,119 +528,6 @@ impl<'a, N: PingNic> Session<'a, N> {
     fn peer(&self) -> Result<PeerInfo, Stop> {
         self.peer_info
             .ok_or_else(|| Stop::Failed("no peer info".into()))
-    }
-
-    /// Runs the iterations as a [`DataPhase`] inside the endpoint (the driver's thread reacts
-    /// to each completion), pausing once at the `--kill-peer-after` point to kill the peer.
-    fn run_data_phase(&mut self) -> Result<(), Stop> {
-        let p = self.peer()?;
-        let count = self.params.count;
-        let mut d = DataPhase::new(
-            self.role,
-            self.params.op,
-            count,
-            self.params.size,
-            p,
-            std::mem::take(&mut self.l),
-        );
-        d.pause_at = self.kill_after.filter(|k| *k < count);
-        d.depth = self.write_depth;
-        let start = self.h().now();
-        self.h().with(|ep, now| ep.inner_mut().start(d, now));
-        let (node, ch, id) = (self.node, self.node.channel(), self.id);
-        let mut steps = 0;
-        let outcome = loop {
-            self.h().wait_until(self.timeout, |ep| {
-                ep.inner().data_settled() || ep.inner().host().cm().pending_events(ch) > 0
-            });
-            let (outcome, now_steps, own_events) = self.h().with(|ep, now| {
-                // This connection's CM events end the data phase; another client's (a
-                // CONNECT_REQUEST while the server is busy) wait for the next session.
-                let own = node.own_events(ep, now, Some(id));
-                let h = ep.inner_mut();
-                let d = h.data.as_mut();
-                let outcome = d.as_ref().and_then(|d| d.outcome.clone());
-                let n = d.as_ref().map_or(0, |d| d.steps);
-                if outcome == Some(Outcome::Paused) {
-                    if let Some(d) = h.data.as_mut() {
-                        d.resume();
-                    }
-                    ep.kill_peer();
-                    ep.inner_mut().step(now);
-                }
-                (outcome, n, (own, now))
-            });
-            let (own, at) = own_events;
-            let disconnected = !own.is_empty();
-            self.take_events(own, at);
-            match outcome {
-                Some(Outcome::Paused) => {
-                    let (now, at) = (self.h().now(), self.kill_after.unwrap_or(0));
-                    self.note(
-                        now,
-                        format!("--kill-peer-after: the peer is dead from iteration {at} on"),
-                    );
-                }
-                Some(o) => break o,
-                // A CM event (DISCONNECTED) during the data phase, or no progress.
-                None if disconnected => break Outcome::Stopped(Stop::PeerDisconnected),
-                None if now_steps == steps => {
-                    break Outcome::Stopped(Stop::Timeout(format!(
-                        "iteration traffic ({} of {count} done)",
-                        self.h()
-                            .with(|ep, _| ep.inner().data.as_ref().map_or(0, |d| d.iterations))
-                    )))
-                }
-                None => steps = now_steps,
-            }
-        };
-        let Some(d) = self.h().with(|ep, _| ep.inner_mut().data.take()) else {
-            return Err(Stop::Failed("the data phase vanished".into()));
-        };
-        self.data_ns = Some((start.as_nanos(), self.h().now().as_nanos()));
-        self.l = d.ledger;
-        self.iterations = d.iterations;
-        self.bytes_verified += d.bytes_verified;
-        self.rtts_ns = d.rtts_ns;
-        match outcome {
-            Outcome::Stopped(stop) => Err(stop),
-            _ => Ok(()),
-        }
-    }
-
-    /// The client's iterations and closing FIN / FIN-ACK.
-    fn client_data(&mut self) -> Result<(), Stop> {
-        self.run_data_phase()?;
-        self.maybe_kill(self.params.count);
-        let wr = self.send(FIN)?;
-        let ack = self.next_message("FIN-ACK")?;
-        if ack != FIN_ACK {
-            return Err(Stop::Failed("expected FIN-ACK".into()));
-        }
-        self.wait_closing_send(wr, "the FIN's completion")
-    }
-
-    /// The server's side of the iterations and the closing FIN / FIN-ACK.
-    fn server_data(&mut self) -> Result<(), Stop> {
-        let (size, l) = (self.params.size, self.l.layout);
-        let op = self.params.op;
-        if op != PingOp::Write {
-            self.run_data_phase()?;
-        }
-        let fin = self.next_message("FIN")?;
-        if fin != FIN {
-            return Err(Stop::Failed("expected FIN".into()));
-        }
-        if op == PingOp::Write {
-            if let Some(last) = self.params.count.checked_sub(1) {
-                let got = self.load(l.write_target, size)?;
-                self.verify("last RDMA WRITE", &got, &pattern(last, b'W', size))?;
-            }
-            self.iterations = self.params.count;
-        }
-        self.maybe_kill(self.params.count);
-        let wr = self.send(FIN_ACK)?;
-        self.wait_closing_send(wr, "the FIN-ACK's completion")
     }
 
     fn rdma_disconnect(&mut self, why: &str) {
@@ -587,6 +559,10 @@ impl<'a, N: PingNic> Session<'a, N> {
 
     /// The disconnect: initiate or answer, then DISCONNECTED and TIMEWAIT_EXIT.
     fn teardown(&mut self, initiate: bool) -> (Option<i32>, bool) {
+        // From here on a signal shortens the waits instead of ending them: the DREQ (ours or
+        // the answer to the peer's) must go out, as a Linux kernel sends it for a process
+        // that dies.
+        self.closing = true;
         let why = match &self.stopped {
             Some(s) => format!("after: {s}"),
             None => "--disconnect-by".to_string(),

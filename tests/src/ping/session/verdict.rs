@@ -31,14 +31,17 @@ impl<N: PingNic> Session<'_, N> {
             );
         } else {
             let stop = self.stopped.as_ref().map(|s| format!(" (stopped: {s})"));
+            let (want, of) = match self.ended_early {
+                Some(ran) => (ran, format!("the {ran} the client's FIN announced")),
+                None => (self.params.count, format!("all {}", self.params.count)),
+            };
             check(
                 format!(
-                    "all {} iterations done, every byte verified ({} bytes){}",
-                    self.params.count,
+                    "{of} iterations done, every byte verified ({} bytes){}",
                     self.bytes_verified,
                     stop.unwrap_or_default()
                 ),
-                self.stopped.is_none() && self.iterations == self.params.count,
+                self.stopped.is_none() && self.iterations == want,
             );
             check(
                 format!("DISCONNECTED with status 0, got {status:?}"),
@@ -77,6 +80,11 @@ impl<N: PingNic> Session<'_, N> {
         );
         for f in &self.failures {
             check(f.clone(), false);
+        }
+        if !self.established {
+            // Nothing after the handshake happened: the one check that failed says it all
+            // (the report's `stopped` says why).
+            checks.truncate(1);
         }
         self.l.tally.errors = std::mem::take(&mut self.l.errors).into_iter().collect();
         let latency = latency(&mut self.rtts_ns);
@@ -122,7 +130,14 @@ impl<N: PingNic> Session<'_, N> {
             wire,
             stopped: self.stopped.map(|s| s.to_string()),
             checks,
-            verdict: if passed { "PASS" } else { "FAIL" }.into(),
+            verdict: match (self.interrupted, passed) {
+                (Some(_), _) => "INTERRUPTED",
+                (None, true) => "PASS",
+                (None, false) => "FAIL",
+            }
+            .into(),
+            interrupted: self.interrupted.map(str::to_string),
+            duration_s: self.params.duration.map(|d| d.as_secs_f64()),
             t0_ns: self.t0.as_nanos(),
         }
     }
