@@ -100,7 +100,11 @@ impl Proc {
             }
             s
         };
-        (status.code().unwrap_or(-1), rest(&self.out), rest(&self.err))
+        (
+            status.code().unwrap_or(-1),
+            rest(&self.out),
+            rest(&self.err),
+        )
     }
 }
 
@@ -134,8 +138,10 @@ fn sigint_to_a_client_ends_its_run_cleanly_and_the_server_passes() {
     let (s, addr) = server(&["--once"]);
     let c = client(addr, &["--count", "100000000", "--progress", "--json"]);
     // The first progress line: the data phase runs.
-    Proc::line_where(&c.err, Duration::from_secs(30), |l| l.contains(" iterations"))
-        .expect("no progress line");
+    Proc::line_where(&c.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("no progress line");
     c.signal("INT");
     let (code, out, err) = c.finish(Duration::from_secs(30));
     assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
@@ -146,7 +152,14 @@ fn sigint_to_a_client_ends_its_run_cleanly_and_the_server_passes() {
     assert!(ran > 0 && ran < 100_000_000, "{ran}");
     assert_eq!(status_of(&r, "DISCONNECTED"), Some(0));
     // Every check held: the run ended after the iteration in progress.
-    assert!(r["checks"].as_array().unwrap().iter().all(|c| c["ok"] == true), "{r}");
+    assert!(
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["ok"] == true),
+        "{r}"
+    );
     // The server got the FIN with the count, then the DREQ: a clean run of `ran` iterations.
     let (scode, sout, _) = s.finish(Duration::from_secs(30));
     let sr = report(&sout);
@@ -160,8 +173,10 @@ fn sigint_to_a_client_ends_its_run_cleanly_and_the_server_passes() {
 fn sigterm_to_a_server_in_session_disconnects_its_client_at_once() {
     let (s, addr) = server(&["--progress"]);
     let c = client(addr, &["--count", "100000000", "--json"]);
-    Proc::line_where(&s.err, Duration::from_secs(30), |l| l.contains(" iterations"))
-        .expect("no progress line from the server");
+    Proc::line_where(&s.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("no progress line from the server");
     let t = Instant::now();
     s.signal("TERM");
     let (code, cout, cerr) = c.finish(Duration::from_secs(30));
@@ -202,8 +217,8 @@ fn sigint_to_an_idle_server_says_what_it_served() {
 fn duration_runs_for_its_time_and_the_fin_tells_the_server_the_count() {
     for op in ["all", "write"] {
         let (s, addr) = server(&["--once"]);
-        let (code, out, err) = client(addr, &["-D", "0.5", "--op", op, "--json"])
-            .finish(Duration::from_secs(60));
+        let (code, out, err) =
+            client(addr, &["-D", "0.5", "--op", op, "--json"]).finish(Duration::from_secs(60));
         assert_eq!(code, 0, "{out}\n{err}");
         let r = report(&out);
         assert_eq!(r["duration_s"], 0.5);
@@ -225,7 +240,10 @@ fn progress_and_per_iteration_lines_go_to_stderr_only_when_asked() {
     let (code, out, err) = client(addr, &["-C", "5", "--per-iteration", "--op", "send"])
         .finish(Duration::from_secs(60));
     assert_eq!(code, 0, "{out}");
-    let pings: Vec<&str> = err.lines().filter(|l| l.starts_with("rnic-ping-")).collect();
+    let pings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rnic-ping-"))
+        .collect();
     assert_eq!(pings.len(), 5, "{err}");
     assert!(pings[4].starts_with("rnic-ping-4: SEND 4096 B, reply verified, rtt "));
     let (_, sout, _) = s.finish(Duration::from_secs(30));
@@ -239,8 +257,7 @@ fn progress_and_per_iteration_lines_go_to_stderr_only_when_asked() {
     s.finish(Duration::from_secs(30));
 
     let (s, addr) = server(&["--once"]);
-    let (code, _, err) =
-        client(addr, &["-D", "2.3", "--progress"]).finish(Duration::from_secs(60));
+    let (code, _, err) = client(addr, &["-D", "2.3", "--progress"]).finish(Duration::from_secs(60));
     assert_eq!(code, 0);
     let progress: Vec<&str> = err
         .lines()
@@ -273,8 +290,10 @@ fn no_answer_names_the_address_and_the_requests_sent() {
 fn a_client_queued_behind_another_is_told_the_server_is_busy() {
     let (s, addr) = server(&[]);
     let first = client(addr, &["-D", "1.5", "--op", "send", "--progress"]);
-    Proc::line_where(&first.err, Duration::from_secs(30), |l| l.contains(" iterations"))
-        .expect("the first client does not run");
+    Proc::line_where(&first.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("the first client does not run");
     let (code, out, err) = client(addr, &["-C", "3"]).finish(Duration::from_secs(60));
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -292,8 +311,24 @@ fn options_that_do_not_apply_are_refused_with_exit_2() {
         &["ping", "--listen", "127.0.0.1:0", "--count", "3"],
         &["ping", "--listen", "127.0.0.1:0", "--depth", "8"],
         &["ping", "--connect", "127.0.0.1:7471", "--once"],
-        &["ping", "--connect", "127.0.0.1:7471", "--count", "3", "--kill-peer-after", "50"],
-        &["ping", "--connect", "127.0.0.1:7471", "--op", "send", "--depth", "4"],
+        &[
+            "ping",
+            "--connect",
+            "127.0.0.1:7471",
+            "--count",
+            "3",
+            "--kill-peer-after",
+            "50",
+        ],
+        &[
+            "ping",
+            "--connect",
+            "127.0.0.1:7471",
+            "--op",
+            "send",
+            "--depth",
+            "4",
+        ],
         &["ping", "--connect", "127.0.0.1:7471", "-C", "3", "-D", "1"],
     ];
     for args in cases {
@@ -322,4 +357,66 @@ fn host_names_and_short_flags_work() {
     assert_eq!(r["count"], 2);
     assert_eq!(r["size"], 512);
     assert_eq!(p.finish(Duration::from_secs(30)).0, 0);
+}
+
+#[test]
+fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
+    use cm_core::api::CmEventType;
+    use cm_core::wire::RdmaPortSpace;
+    use rnic_testbed::ping::{Client, Node, Params, SideOptions, WireOptions};
+    // A server of its own that rejects every request with a reason in words.
+    let wire = WireOptions::default();
+    let node = Node::<rnic_sim::nic::SimNic>::new(
+        "rejecting-server",
+        "127.0.0.1:0".parse().unwrap(),
+        &wire,
+        None,
+        false,
+    )
+    .unwrap();
+    let (addr, ch) = (node.local_addr(), node.channel());
+    node.handle()
+        .with(|ep, _| {
+            let (cm, _) = ep.inner_mut().host_mut().split();
+            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+            cm.bind_addr(id, addr)?;
+            cm.listen(id, 16)
+        })
+        .unwrap();
+    let side = SideOptions {
+        timeout: Duration::from_secs(20),
+        ..SideOptions::default()
+    };
+    let report = std::thread::scope(|scope| {
+        let c = scope.spawn(|| {
+            let mut c = Client::<rnic_sim::nic::SimNic>::bind(addr, &side, &wire).unwrap();
+            let params = Params {
+                op: rnic_testbed::ping::PingOp::Send,
+                count: 1,
+                size: 64,
+                disconnect_by: rnic_testbed::ping::DisconnectBy::Client,
+                duration: None,
+            };
+            let r = c.run(addr, params).unwrap();
+            c.shutdown().unwrap();
+            r
+        });
+        let req = node.next_event(Duration::from_secs(20)).unwrap();
+        assert_eq!(req.event, CmEventType::ConnectRequest);
+        node.handle()
+            .with(|ep, now| {
+                let (cm, dev) = ep.inner_mut().host_mut().split();
+                cm.reject(dev, now, req.id, b"maintenance until noon")
+            })
+            .unwrap();
+        c.join().unwrap()
+    });
+    let why = report.stopped.unwrap();
+    assert_eq!(
+        why,
+        format!(
+            "rejected by {addr}: REJ reason 28 (CONSUMER_DEFINED): the peer says \"maintenance until noon\""
+        )
+    );
+    assert_eq!(report.verdict, "FAIL");
 }
