@@ -164,6 +164,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         size: opts.size,
         disconnect_by: opts.disconnect_by,
         duration: None,
+        group: None,
     };
     // Two applications in one process: the server's runs on a scoped thread while the
     // client's runs here; each blocks on its own node's driver.

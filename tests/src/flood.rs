@@ -171,6 +171,7 @@ fn req_datagram(
             size: 64,
             disconnect_by: DisconnectBy::Client,
             duration: None,
+            group: None,
         };
         private_data.extend_from_slice(&params.encode(false));
     }

@@ -396,6 +396,7 @@ fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
                 size: 64,
                 disconnect_by: rnic_testbed::ping::DisconnectBy::Client,
                 duration: None,
+                group: None,
             };
             let r = c.run(addr, params).unwrap();
             c.shutdown().unwrap();
@@ -419,4 +420,38 @@ fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
         )
     );
     assert_eq!(report.verdict, "FAIL");
+}
+
+#[test]
+fn qps_runs_several_connections_at_once_served_as_one_group() {
+    let (s, addr) = server(&["--once"]);
+    let (code, out, err) = client(addr, &["-q", "3", "-C", "50", "--op", "send", "--json"])
+        .finish(Duration::from_secs(60));
+    assert_eq!(code, 0, "{out}\n{err}");
+    // A group of its own: no "busy" note for the client's own connections.
+    assert_eq!(err, "");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["qps"], 3);
+    assert_eq!(v["verdict"], "PASS");
+    assert_eq!(v["iterations"], 150);
+    let reports = v["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 3);
+    for r in reports {
+        assert_eq!(r["verdict"], "PASS");
+        assert_eq!(r["iterations"], 50);
+        assert_eq!(status_of(r, "DISCONNECTED"), Some(0));
+    }
+    // One client socket, three connections (three QPs).
+    assert!(reports.iter().all(|r| r["local"] == reports[0]["local"]));
+    // `--once` serves one client: its whole group.
+    let (scode, sout, _) = s.finish(Duration::from_secs(30));
+    assert_eq!(scode, 0, "{sout}");
+    let served: Vec<Value> = sout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(served.len(), 3, "{sout}");
+    assert!(served
+        .iter()
+        .all(|r| r["verdict"] == "PASS" && r["iterations"] == 50));
 }

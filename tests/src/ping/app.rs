@@ -8,6 +8,7 @@ use super::report::upper_snake;
 use super::{PingOp, Role};
 use crate::host::{Host, Nic};
 use bytes::Bytes;
+use cm_core::api::{CmEvent, CmIdHandle};
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use std::collections::{BTreeMap, VecDeque};
@@ -651,19 +652,61 @@ impl DataPhase {
     }
 }
 
-/// A [`Host`] with the ping application's [`DataPhase`] attached while it runs: the endpoint
-/// the UDP driver runs (behind the fault layer).
+/// A [`Host`] with the ping application's [`DataPhase`]s attached while they run (one per
+/// connection: `--qps` runs several at once): the endpoint the UDP driver runs (behind the
+/// fault layer). Also the mailboxes of the sessions that run at once: a CM event read by one
+/// session's thread for another's id waits there, where the other's wait condition sees it.
 #[derive(Debug)]
 pub struct PingHost<N: Nic = SimNic> {
     host: Host<N>,
-    /// The running data phase, if any.
-    pub data: Option<DataPhase>,
+    /// The running data phases, by connection.
+    pub data: BTreeMap<CmIdHandle, DataPhase>,
+    /// CM events for the sessions in progress, by id (see [`PingHost::open_mailbox`]).
+    mailboxes: BTreeMap<CmIdHandle, VecDeque<CmEvent>>,
 }
 
 impl<N: Nic> PingHost<N> {
     /// `host` without a data phase.
     pub fn new(host: Host<N>) -> PingHost<N> {
-        PingHost { host, data: None }
+        PingHost {
+            host,
+            data: BTreeMap::new(),
+            mailboxes: BTreeMap::new(),
+        }
+    }
+
+    /// From now on events of `id` read by another session wait in its mailbox.
+    pub fn open_mailbox(&mut self, id: CmIdHandle) {
+        self.mailboxes.entry(id).or_default();
+    }
+
+    /// Ends `id`'s mailbox (its session ended); returns what was still in it.
+    pub fn close_mailbox(&mut self, id: CmIdHandle) -> VecDeque<CmEvent> {
+        self.mailboxes.remove(&id).unwrap_or_default()
+    }
+
+    /// Posts `ev` to its id's mailbox if it has one; else returns it.
+    pub fn post(&mut self, ev: CmEvent) -> Option<CmEvent> {
+        match self.mailboxes.get_mut(&ev.id) {
+            Some(m) => {
+                m.push_back(ev);
+                None
+            }
+            None => Some(ev),
+        }
+    }
+
+    /// Takes the events waiting in `id`'s mailbox.
+    pub fn take_mail(&mut self, id: CmIdHandle) -> Vec<CmEvent> {
+        self.mailboxes
+            .get_mut(&id)
+            .map(|m| m.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `id`'s mailbox holds an event.
+    pub fn has_mail(&self, id: CmIdHandle) -> bool {
+        self.mailboxes.get(&id).is_some_and(|m| !m.is_empty())
     }
 
     /// The host.
@@ -676,30 +719,36 @@ impl<N: Nic> PingHost<N> {
         &mut self.host
     }
 
-    /// Attaches `d` and runs its first step at `now`.
-    pub fn start(&mut self, mut d: DataPhase, now: SimTime) {
+    /// Attaches `d` as connection `id`'s and runs its first step at `now`.
+    pub fn start(&mut self, id: CmIdHandle, mut d: DataPhase, now: SimTime) {
         d.step(&mut self.host, now);
-        self.data = Some(d);
+        self.data.insert(id, d);
     }
 
-    /// Steps the data phase (after a pause's resume) at `now`.
+    /// Steps every data phase at `now`.
     pub fn step(&mut self, now: SimTime) {
-        if let Some(d) = self.data.as_mut() {
+        for d in self.data.values_mut() {
             d.step(&mut self.host, now);
         }
     }
 
-    /// Whether the data phase has an outcome (or there is none running).
-    pub fn data_settled(&self) -> bool {
-        self.data.as_ref().is_none_or(|d| d.outcome.is_some())
+    /// Whether connection `id`'s data phase has an outcome (or none runs).
+    pub fn data_settled(&self, id: CmIdHandle) -> bool {
+        self.data.get(&id).is_none_or(|d| d.outcome.is_some())
     }
 
-    /// Whether the data phase has per-iteration lines for the application to print.
-    pub fn data_lines(&self) -> bool {
+    /// Whether some data phase has an outcome the application has not taken.
+    pub fn any_settled(&self) -> bool {
+        self.data.values().any(|d| d.outcome.is_some())
+    }
+
+    /// Whether connection `id`'s data phase (`None`: any) has per-iteration lines for the
+    /// application to print.
+    pub fn data_lines(&self, id: Option<CmIdHandle>) -> bool {
         self.data
-            .as_ref()
-            .and_then(|d| d.lines.as_ref())
-            .is_some_and(|l| !l.is_empty())
+            .iter()
+            .filter(|(k, _)| id.is_none_or(|id| **k == id))
+            .any(|(_, d)| d.lines.as_ref().is_some_and(|l| !l.is_empty()))
     }
 }
 

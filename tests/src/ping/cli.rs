@@ -4,7 +4,7 @@
 use super::nic::PingNic;
 use super::{
     Client, DisconnectBy, Params, PingError, PingOp, PingReport, Server, SideOptions, WireOptions,
-    MAX_DEPTH, MAX_RECVS, MAX_SIZE,
+    MAX_DEPTH, MAX_QPS, MAX_RECVS, MAX_SIZE,
 };
 use crate::hw_nic::HwNic;
 use rnic_hw::HwOptions;
@@ -18,7 +18,7 @@ use verbs_core::Mtu;
 
 /// `rnic ping --listen ADDR` (server) or `rnic ping --connect ADDR` (client). Short flags
 /// follow rping (`-C` count, `-S` size) and perftest (`-n` iterations, `-D` duration, `-t`
-/// tx depth, `-r` rx depth, `-d` device, `-i` port, `-x` GID index, `-m` MTU).
+/// tx depth, `-r` rx depth, `-q` QPs, `-d` device, `-i` port, `-x` GID index, `-m` MTU).
 /// Options of the other role are refused (exit 2).
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["listen", "connect"])))]
@@ -52,6 +52,11 @@ pub struct PingArgs {
     /// own pattern, which the server checks.
     #[arg(short = 't', long, conflicts_with = "listen", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_DEPTH)))]
     pub depth: Option<u32>,
+    /// Connections run at once (client; perftest's -q with -R: one rdma_cm id and QP each,
+    /// each its own run of --count iterations, every byte checked; the server serves them as
+    /// one group) [default: 1].
+    #[arg(short = 'q', long, conflicts_with = "listen", value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_QPS)))]
+    pub qps: Option<u16>,
     /// Receives kept posted (all still posted, then flushed, at the disconnect; perftest's
     /// -r).
     #[arg(short = 'r', long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_RECVS)))]
@@ -167,6 +172,48 @@ fn print_report(r: &PingReport, json: bool) {
     let _ = out.flush();
 }
 
+/// The reports of a `--qps` client's connections, then their sum: one JSON object
+/// (`{"qps":N,"reports":[…],"iterations":…,"mbit_per_s":…,"verdict":…}`) or text.
+fn print_group(reports: &[PingReport], json: bool) {
+    let iterations: u64 = reports.iter().map(|r| u64::from(r.iterations)).sum();
+    let mbit: f64 = reports
+        .iter()
+        .filter_map(|r| r.throughput.as_ref())
+        .map(|t| t.mbit_per_s)
+        .sum();
+    let verdict = if reports.iter().any(|r| r.interrupted.is_some()) {
+        "INTERRUPTED"
+    } else if reports.iter().all(PingReport::passed) {
+        "PASS"
+    } else {
+        "FAIL"
+    };
+    let text = if json {
+        let v = serde_json::json!({
+            "qps": reports.len(),
+            "reports": reports,
+            "iterations": iterations,
+            "mbit_per_s": mbit,
+            "verdict": verdict,
+        });
+        v.to_string() + "\n"
+    } else {
+        let mut s = String::new();
+        for (i, r) in reports.iter().enumerate() {
+            s.push_str(&format!("--- QP {i} of {} ---\n", reports.len()));
+            s.push_str(&r.to_text());
+        }
+        s.push_str(&format!(
+            "--- {} QPs: {iterations} iterations, {mbit:.1} Mbit/s together ---\nverdict: {verdict}\n",
+            reports.len()
+        ));
+        s
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
 /// Runs `rnic ping`; returns the exit code: 0 when every check held, 1 when one failed, 2 on
 /// an error (bad option, socket, file), 128 + the signal's number (130 for SIGINT) when a
 /// signal stopped it (its report printed first, marked interrupted).
@@ -223,6 +270,7 @@ fn client_params(a: &PingArgs) -> Result<Params, PingError> {
         size: a.size.unwrap_or(4096),
         disconnect_by: a.disconnect_by.unwrap_or(DisconnectBy::Client),
         duration,
+        group: None,
     })
 }
 
@@ -275,15 +323,20 @@ fn run_on<N: PingNic>(
     let (side, wire) = (side.clone(), *wire);
     if let (Some(server), Some(params)) = (a.connect, params) {
         let mut c = Client::<N>::bind(server, &side, &wire)?;
-        let r = c.run(server, params)?;
-        if r.path_mtu.is_none() {
-            if let Some(why) = &r.stopped {
-                eprintln!("rnic ping: no connection: {why}");
+        let reports = c.run_qps(server, params, a.qps.unwrap_or(1))?;
+        for r in &reports {
+            if r.path_mtu.is_none() {
+                if let Some(why) = &r.stopped {
+                    eprintln!("rnic ping: no connection: {why}");
+                }
             }
         }
-        print_report(&r, a.json);
+        match reports.as_slice() {
+            [r] => print_report(r, a.json),
+            all => print_group(all, a.json),
+        }
         c.shutdown()?;
-        return Ok(r.passed());
+        return Ok(reports.iter().all(PingReport::passed));
     }
     let Some(listen) = a.listen else {
         return Err(PingError::Options("--listen or --connect".into()));
@@ -299,13 +352,17 @@ fn run_on<N: PingNic>(
         let _ = out.write_all(line.as_bytes());
         let _ = out.flush();
     }
-    let (mut all, mut served, mut passed) = (true, 0u64, 0u64);
+    let (mut all, mut served, mut connections, mut passed) = (true, 0u64, 0u64, 0u64);
     while !crate::interrupt::requested() {
-        if let Some(r) = s.serve_one(Duration::from_secs(3600))? {
-            print_report(&r, a.json);
+        let reports = s.serve_next(Duration::from_secs(3600))?;
+        for r in &reports {
+            print_report(r, a.json);
             all &= r.passed();
-            served += 1;
             passed += u64::from(r.passed());
+            connections += 1;
+        }
+        if !reports.is_empty() {
+            served += 1;
             if a.once {
                 break;
             }
@@ -314,9 +371,9 @@ fn run_on<N: PingNic>(
     if crate::interrupt::requested() {
         let sig = crate::interrupt::signal_name();
         let line = if a.json {
-            format!("{{\"interrupted\":\"{sig}\",\"served\":{served},\"passed\":{passed}}}\n")
+            format!("{{\"interrupted\":\"{sig}\",\"served\":{served},\"connections\":{connections},\"passed\":{passed}}}\n")
         } else {
-            format!("interrupted by {sig}: served {served} client(s), {passed} passed\n")
+            format!("interrupted by {sig}: served {served} client(s), {connections} connection(s), {passed} passed\n")
         };
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(line.as_bytes());

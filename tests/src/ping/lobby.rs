@@ -88,7 +88,8 @@ pub struct Lobby {
     /// The candidates by id.
     candidates: BTreeMap<CmIdHandle, Candidate>,
     /// The candidate of each IP address (one at a time).
-    by_ip: BTreeMap<IpAddr, CmIdHandle>,
+    /// (A `--qps` client has one per connection of its group: by the connection's index.)
+    by_ip: BTreeMap<(IpAddr, u16), CmIdHandle>,
     /// Admission order of the handshakes still running, oldest first; ids that left or
     /// completed their handshake are skipped (and dropped) when met.
     running: VecDeque<CmIdHandle>,
@@ -178,14 +179,28 @@ impl Lobby {
         if self.serving == Some(ip) {
             return Err(Refusal::Wait(ev));
         }
-        if let Some(&other) = self.by_ip.get(&ip) {
-            if self
-                .candidates
-                .get(&other)
+        // The address's candidates this request does not join: another client's (or an
+        // earlier run's) group, or the same connection of this group asked again.
+        let (index, nonce) = params.group.map_or((0, 0), |g| (g.index, g.nonce));
+        let others: Vec<CmIdHandle> = self
+            .by_ip
+            .range((ip, 0)..=(ip, u16::MAX))
+            .map(|(_, id)| *id)
+            .filter(|other| {
+                self.candidates.get(other).is_none_or(|c| {
+                    let (i, n) = c.params.group.map_or((0, 0), |g| (g.index, g.nonce));
+                    n != nonce || i == index
+                })
+            })
+            .collect();
+        if others.iter().any(|other| {
+            self.candidates
+                .get(other)
                 .is_some_and(|c| c.established.is_some())
-            {
-                return Err(Refusal::Wait(ev));
-            }
+        }) {
+            return Err(Refusal::Wait(ev));
+        }
+        for other in others {
             // A newer request from the address supersedes a handshake that has not
             // completed: else a phantom with a client's address would lock it out until
             // the REP's retries ran out.
@@ -202,7 +217,18 @@ impl Lobby {
         let depth = Self::depth(self.recvs);
         // Clients served before this one: its REP says so, so that it can tell a busy server
         // from a dead one while it waits.
-        let ahead = self.ready.len() + usize::from(self.serving.is_some());
+        // (A `--qps` client's own connections do not count.)
+        let group = params.group.map(|g| g.nonce);
+        let ahead = self
+            .ready
+            .iter()
+            .filter(|(_, id)| {
+                self.candidates.get(id).is_some_and(|c| {
+                    c.ip != ip || group.is_none() || c.params.group.map(|g| g.nonce) != group
+                })
+            })
+            .count()
+            + usize::from(self.serving.is_some());
         let param = ConnParam {
             private_data: busy_note(ahead),
             ..conn_param()
@@ -235,7 +261,7 @@ impl Lobby {
                 return Err(reject(format!("cannot accept: {e}")));
             }
         };
-        self.by_ip.insert(ip, id);
+        self.by_ip.insert((ip, index), id);
         self.running.push_back(id);
         if self.running.len() > 2 * self.candidates.len() + 64 {
             // Compact the ids that left meanwhile.
@@ -308,8 +334,9 @@ impl Lobby {
     /// Takes candidate `id` out of every index.
     fn remove(&mut self, id: CmIdHandle) -> Option<Candidate> {
         let c = self.candidates.remove(&id)?;
-        if self.by_ip.get(&c.ip) == Some(&id) {
-            self.by_ip.remove(&c.ip);
+        let key = (c.ip, c.params.group.map_or(0, |g| g.index));
+        if self.by_ip.get(&key) == Some(&id) {
+            self.by_ip.remove(&key);
         }
         if let Some((_, at)) = &c.established {
             self.ready.remove(&(*at, id));
@@ -328,6 +355,17 @@ impl Lobby {
     /// Takes the client whose handshake completed first, if any.
     pub fn take_ready(&mut self) -> Option<Candidate> {
         let &(_, id) = self.ready.first()?;
+        self.remove(id)
+    }
+
+    /// Takes a connection of the group `nonce` of address `ip` whose handshake completed,
+    /// if any (the rest of a `--qps` client's group).
+    pub fn take_ready_of(&mut self, ip: IpAddr, nonce: u32) -> Option<Candidate> {
+        let id = self.ready.iter().map(|(_, id)| *id).find(|id| {
+            self.candidates
+                .get(id)
+                .is_some_and(|c| c.ip == ip && c.params.group.is_some_and(|g| g.nonce == nonce))
+        })?;
         self.remove(id)
     }
 }

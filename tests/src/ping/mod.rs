@@ -26,7 +26,7 @@ pub mod session;
 pub mod wire;
 
 pub use node::Node;
-pub use params::Params;
+pub use params::{Group, Params};
 pub use report::PingReport;
 
 use cm_core::wire::RdmaPortSpace;
@@ -49,6 +49,9 @@ pub const MAX_RECVS: u32 = 1024;
 
 /// The largest `--depth` (perftest's `-t` default is 128).
 pub const MAX_DEPTH: u32 = 1024;
+
+/// The largest `--qps`: connections one client runs at once.
+pub const MAX_QPS: u16 = 64;
 
 /// What went wrong outside the checks: bad options, a socket, the device, the capture file.
 #[derive(Debug, thiserror::Error)]
@@ -336,31 +339,61 @@ impl<N: PingNic> Server<N> {
     /// # Errors
     /// The capture cannot be written.
     pub fn serve_one(&mut self, wait: Duration) -> Result<Option<PingReport>, PingError> {
-        let Some(c) = self.node.next_client(wait) else {
-            return Ok(None);
+        Ok(self.serve_next(wait)?.into_iter().next())
+    }
+
+    /// As [`serve_one`](Self::serve_one), for a client that may run several connections at
+    /// once (`--qps`): waits (up to `--timeout` more) for the rest of its group and serves
+    /// them all at once, one thread per connection. The reports in the connections' order;
+    /// empty when no client came in time.
+    ///
+    /// # Errors
+    /// The capture cannot be written.
+    pub fn serve_next(&mut self, wait: Duration) -> Result<Vec<PingReport>, PingError> {
+        let Some(first) = self.node.next_client(wait) else {
+            return Ok(Vec::new());
         };
-        // The client's socket: the route the lobby held for it since its ESTABLISHED.
-        let peer = c.peer;
+        let (ip, group) = (first.ip, first.params.group);
+        let mut clients = vec![first];
+        if let Some(g) = group {
+            while clients.len() < usize::from(g.qps) {
+                match self.node.next_of_group(self.side.timeout, ip, g.nonce) {
+                    Some(c) => clients.push(c),
+                    // The rest did not come: those that did are served (their client's
+                    // other connections fail on its side).
+                    None => break,
+                }
+            }
+            clients.sort_by_key(|c| c.params.group.map(|g| g.index));
+        }
+        // The client's socket: the route the lobby held for it since its ESTABLISHED (one
+        // socket for a whole group).
+        let peer = clients[0].peer;
         // One client at a time: another on the same IP (a second process on one host) waits,
         // its datagrams dropped and retried, instead of taking over the route of the IP's GID.
         self.node
             .handle()
             .with(|ep, _| ep.inner_mut().host_mut().pin_peer(Some(peer)));
-        self.node.set_serving(Some(c.ip));
-        let mut setup = vec![(c.request, c.t0)];
-        setup.extend(c.established);
-        let s = Session::new(
-            &self.node,
-            Role::Server,
-            c.id,
-            peer,
-            c.params,
-            &self.side,
-            c.t0,
-            setup,
-        )
-        .adopt(c.qp, c.cq);
-        let report = s.run();
+        self.node.set_serving(Some(ip));
+        let sessions: Vec<Session<'_, N>> = clients
+            .into_iter()
+            .map(|c| {
+                let mut setup = vec![(c.request, c.t0)];
+                setup.extend(c.established);
+                Session::new(
+                    &self.node,
+                    Role::Server,
+                    c.id,
+                    c.peer,
+                    c.params,
+                    &self.side,
+                    c.t0,
+                    setup,
+                )
+                .adopt(c.qp, c.cq)
+            })
+            .collect();
+        let reports = run_sessions(sessions);
         self.node.set_serving(None);
         self.node
             .handle()
@@ -368,7 +401,7 @@ impl<N: PingNic> Server<N> {
         if let Some(p) = self.pcap.as_mut() {
             p.write(&self.node)?;
         }
-        Ok(Some(report))
+        Ok(reports)
     }
 
     /// Keeps the RNIC answering for two DREQ retransmission intervals
@@ -392,6 +425,25 @@ impl<N: PingNic> Server<N> {
     pub fn shutdown(self) -> Result<(), PingError> {
         self.node.shutdown()
     }
+}
+
+/// Runs `sessions` to the end, at once (one thread each beside this one, which runs the
+/// first); their reports in order.
+fn run_sessions<N: PingNic>(mut sessions: Vec<Session<'_, N>>) -> Vec<PingReport> {
+    if sessions.len() <= 1 {
+        return sessions.into_iter().map(Session::run).collect();
+    }
+    let first = sessions.remove(0);
+    std::thread::scope(|scope| {
+        let others: Vec<_> = sessions
+            .into_iter()
+            .map(|s| scope.spawn(move || s.run()))
+            .collect();
+        let mut reports = vec![first.run()];
+        // A session thread that panicked has no report; its panic is re-raised by the scope.
+        reports.extend(others.into_iter().filter_map(|h| h.join().ok()));
+        reports
+    })
 }
 
 /// A loopback address of this process's own, 127.a.b.c with `a` ≥ 1 taken from the process
@@ -467,33 +519,64 @@ impl<N: PingNic> Client<N> {
     /// # Errors
     /// Bad parameters; the CM refuses the id; the capture cannot be written.
     pub fn run(&mut self, server: SocketAddr, params: Params) -> Result<PingReport, PingError> {
+        let mut reports = self.run_qps(server, params, 1)?;
+        reports
+            .pop()
+            .ok_or_else(|| PingError::Options("no connection".into()))
+    }
+
+    /// Runs `qps` connections to `server` at once, each its own rdma_cm id and QP with
+    /// `params` (perftest's `-q` with `-R`), one thread each; the server serves them as one
+    /// group. The reports in the connections' order.
+    ///
+    /// # Errors
+    /// Bad parameters (`qps` 1 ..= [`MAX_QPS`]); the CM refuses an id; the capture cannot be
+    /// written.
+    pub fn run_qps(
+        &mut self,
+        server: SocketAddr,
+        params: Params,
+        qps: u16,
+    ) -> Result<Vec<PingReport>, PingError> {
         validate_params(&params)?;
-        let ch = self.node.channel();
-        let (id, t0) = self.node.handle().with(|ep, now| {
-            let (cm, _) = ep.inner_mut().host_mut().split();
-            let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
-            cm.resolve_addr(id, None, server)?;
-            Ok::<_, verbs_core::Error>((id, now))
-        })?;
-        let mut setup = Vec::new();
-        if let Some(ev) = self.node.next_event(self.side.timeout) {
-            setup.push((ev, t0));
+        if !(1..=MAX_QPS).contains(&qps) {
+            return Err(PingError::Options(format!("--qps must be 1..={MAX_QPS}")));
         }
-        let s = Session::new(
-            &self.node,
-            Role::Client,
-            id,
-            server,
-            params,
-            &self.side,
-            t0,
-            setup,
-        );
-        let report = s.run();
+        // The group's nonce: this process and socket.
+        let nonce = std::process::id() << 16 ^ u32::from(self.node.local_addr().port());
+        let ch = self.node.channel();
+        let mut sessions = Vec::new();
+        for index in 0..qps {
+            let (id, t0) = self.node.handle().with(|ep, now| {
+                let (cm, _) = ep.inner_mut().host_mut().split();
+                let id = cm.create_id(ch, RdmaPortSpace::Tcp)?;
+                cm.resolve_addr(id, None, server)?;
+                Ok::<_, verbs_core::Error>((id, now))
+            })?;
+            let mut setup = Vec::new();
+            if let Some(ev) = self.node.next_event(self.side.timeout) {
+                setup.push((ev, t0));
+            }
+            let params = Params {
+                group: (qps > 1).then_some(Group { qps, index, nonce }),
+                ..params
+            };
+            sessions.push(Session::new(
+                &self.node,
+                Role::Client,
+                id,
+                server,
+                params,
+                &self.side,
+                t0,
+                setup,
+            ));
+        }
+        let reports = run_sessions(sessions);
         if let Some(p) = self.pcap.as_mut() {
             p.write(&self.node)?;
         }
-        Ok(report)
+        Ok(reports)
     }
 
     /// Stops the driver.

@@ -18,9 +18,10 @@ use rnic_sim::fabric::udp::{
 };
 use rnic_sim::nic::{Captured, SimNic};
 use rnic_sim::rng::Rng;
-use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use verbs_core::{CompChannel, Device, Gid, PdHandle, SimTime};
 
@@ -90,18 +91,18 @@ pub struct Node<N: PingNic = SimNic> {
     /// [`PingNic::describe`] of the NIC, taken at start.
     described: String,
     /// Clients refused for want of room in `deferred`.
-    refused: Cell<u64>,
+    refused: AtomicU64,
     /// Events of other ids read while a session ran (a second client's CONNECT_REQUEST
     /// while the server is busy): the next [`next_event`](Self::next_event) returns them
     /// first. On a server, only CONNECT_REQUESTs the lobby could not take yet (their IP
     /// address had a client already).
-    deferred: RefCell<VecDeque<CmEvent>>,
+    deferred: Mutex<VecDeque<CmEvent>>,
     /// A server's lobby ([`Node::open_lobby`]): it runs the handshakes of waiting clients.
-    lobby: RefCell<Option<Lobby>>,
+    lobby: Mutex<Option<Lobby>>,
     /// The wire counters at the last report: the next report counts from there, so that what
     /// arrived while a server waited between clients (a flood, refused requests) shows in the
     /// next client's report.
-    reported: RefCell<WireRecord>,
+    reported: Mutex<WireRecord>,
 }
 
 impl<N: PingNic> Node<N> {
@@ -171,11 +172,13 @@ impl<N: PingNic> Node<N> {
                 }
                 let h = ep.inner();
                 let cm = h.host().cm().pending_events(ch) > 0;
-                match &h.data {
-                    // The data phase runs in the driver: wake the application when it settles
-                    // or has per-iteration lines to print.
-                    Some(d) => cm || d.outcome.is_some() || h.data_lines(),
-                    None => any || cm,
+                if h.data.is_empty() {
+                    any || cm
+                } else {
+                    // The data phases run in the driver: wake the application when one
+                    // settles or has per-iteration lines to print (and for completions of a
+                    // session past its data phase, while others still run).
+                    any || cm || h.any_settled() || h.data_lines(None)
                 }
             });
         let waker = waiter
@@ -193,10 +196,10 @@ impl<N: PingNic> Node<N> {
             seed: wire.seed,
             comp,
             described,
-            refused: Cell::new(0),
-            deferred: RefCell::new(VecDeque::new()),
-            lobby: RefCell::new(None),
-            reported: RefCell::new(WireRecord::default()),
+            refused: AtomicU64::new(0),
+            deferred: Mutex::new(VecDeque::new()),
+            lobby: Mutex::new(None),
+            reported: Mutex::new(WireRecord::default()),
         })
     }
 
@@ -264,7 +267,7 @@ impl<N: PingNic> Node<N> {
     /// Makes this node a server's: from now on, requests of waiting clients go to a
     /// [`Lobby`] whose QPs keep `recvs` receives posted once in session.
     pub fn open_lobby(&self, recvs: u32) {
-        *self.lobby.borrow_mut() = Some(Lobby::new(recvs));
+        *lock(&self.lobby) = Some(Lobby::new(recvs));
     }
 
     /// Reads (and acks) every CM event on the channel: returns id `id`'s, and routes the
@@ -275,11 +278,12 @@ impl<N: PingNic> Node<N> {
         now: SimTime,
         id: Option<CmIdHandle>,
     ) -> Vec<CmEvent> {
-        let mut own = Vec::new();
+        let mut own = id.map_or_else(Vec::new, |id| ep.inner_mut().take_mail(id));
         while let Some(ev) = get_event(ep, now, self.ch) {
             if Some(ev.id) == id {
                 own.push(ev);
-            } else {
+            } else if let Some(ev) = ep.inner_mut().post(ev) {
+                // Not a session's in progress.
                 self.route(ep, now, ev);
             }
         }
@@ -292,7 +296,7 @@ impl<N: PingNic> Node<N> {
     /// requests) are dropped. Without one (a client), events wait in `deferred`. Past
     /// [`MAX_DEFERRED`] waiting requests, the newest is refused ("server busy").
     fn route(&self, ep: &mut PingEndpoint<N>, now: SimTime, ev: CmEvent) {
-        let mut lobby = self.lobby.borrow_mut();
+        let mut lobby = lock(&self.lobby);
         let ev = match lobby.as_mut() {
             None => ev,
             Some(lobby) => {
@@ -320,7 +324,7 @@ impl<N: PingNic> Node<N> {
                 }
             }
         };
-        let mut deferred = self.deferred.borrow_mut();
+        let mut deferred = lock(&self.deferred);
         if deferred.len() < MAX_DEFERRED {
             deferred.push_back(ev);
         } else if ev.event == CmEventType::ConnectRequest {
@@ -329,7 +333,7 @@ impl<N: PingNic> Node<N> {
             // fetching events frees backlog room, so without this bound a flood of REQs
             // would queue without end).
             refuse(ep, now, ev.id, "server busy");
-            self.refused.set(self.refused.get() + 1);
+            self.refused.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -337,6 +341,25 @@ impl<N: PingNic> Node<N> {
     /// that waited for their IP address enter the lobby as soon as it is free. `None` when
     /// none came in time.
     pub(super) fn next_client(&self, wait: Duration) -> Option<Candidate> {
+        self.next_client_by(wait, Lobby::take_ready)
+    }
+
+    /// The next connection of the group `nonce` of address `ip` (a `--qps` client's) whose
+    /// handshake completed, waiting at most `wait`.
+    pub(super) fn next_of_group(
+        &self,
+        wait: Duration,
+        ip: std::net::IpAddr,
+        nonce: u32,
+    ) -> Option<Candidate> {
+        self.next_client_by(wait, |l| l.take_ready_of(ip, nonce))
+    }
+
+    fn next_client_by(
+        &self,
+        wait: Duration,
+        take: impl Fn(&mut Lobby) -> Option<Candidate>,
+    ) -> Option<Candidate> {
         let deadline = self
             .handle()
             .now()
@@ -345,7 +368,7 @@ impl<N: PingNic> Node<N> {
             let ready = self.handle().with(|ep, now| {
                 self.own_events(ep, now, None);
                 self.admit_deferred(ep, now);
-                self.lobby.borrow_mut().as_mut().and_then(Lobby::take_ready)
+                lock(&self.lobby).as_mut().and_then(&take)
             });
             if ready.is_some() {
                 return ready;
@@ -367,7 +390,7 @@ impl<N: PingNic> Node<N> {
     /// Moves the deferred requests whose IP address is free into the lobby (dropping those
     /// withdrawn meanwhile: their client gave up).
     fn admit_deferred(&self, ep: &mut PingEndpoint<N>, now: SimTime) {
-        let waiting = std::mem::take(&mut *self.deferred.borrow_mut());
+        let waiting = std::mem::take(&mut *lock(&self.deferred));
         for ev in waiting {
             let alive = matches!(
                 ep.inner().host().cm().ib_cm_state(ev.id),
@@ -384,7 +407,7 @@ impl<N: PingNic> Node<N> {
 
     /// Notes the IP address of the client in session (`None`: the session ended).
     pub(super) fn set_serving(&self, ip: Option<std::net::IpAddr>) {
-        if let Some(l) = self.lobby.borrow_mut().as_mut() {
+        if let Some(l) = lock(&self.lobby).as_mut() {
             l.set_serving(ip);
         }
     }
@@ -392,8 +415,9 @@ impl<N: PingNic> Node<N> {
     /// The wire counters since the last report (or the start), and marks them reported.
     pub(super) fn wire_since_report(&self) -> WireRecord {
         let now = wire_counters(self);
-        let since = now.since(&self.reported.borrow());
-        *self.reported.borrow_mut() = now;
+        let mut reported = lock(&self.reported);
+        let since = now.since(&reported);
+        *reported = now;
         since
     }
 
@@ -404,17 +428,17 @@ impl<N: PingNic> Node<N> {
 
     /// Requests evicted from the lobby by newer ones while still in their handshake.
     pub fn evicted(&self) -> u64 {
-        self.lobby.borrow().as_ref().map_or(0, |l| l.evicted)
+        lock(&self.lobby).as_ref().map_or(0, |l| l.evicted)
     }
 
     /// Clients refused because [`MAX_DEFERRED`] were already waiting.
     pub fn refused(&self) -> u64 {
-        self.refused.get()
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The next CM event on the node's channel (acked), waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
-        if let Some(ev) = self.deferred.borrow_mut().pop_front() {
+        if let Some(ev) = lock(&self.deferred).pop_front() {
             return Some(ev);
         }
         let ch = self.ch;
@@ -505,4 +529,10 @@ fn drop_counters<N: PingNic>(
         ])
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+/// Locks `m`; a lock poisoned by a panicking session thread still guards consistent data
+/// (every critical section here is a few assignments).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -35,8 +35,9 @@ impl<N: PingNic> Session<'_, N> {
             (Role::Client, Some(d)) => Some(start.plus_nanos(nanos(d))),
             _ => None,
         };
-        self.h().with(|ep, now| ep.inner_mut().start(d, now));
-        let (node, ch, id) = (self.node, self.node.channel(), self.id);
+        let id = self.id;
+        self.h().with(|ep, now| ep.inner_mut().start(id, d, now));
+        let (node, ch) = (self.node, self.node.channel());
         let timeout = nanos(self.timeout);
         let (mut steps, mut last_step) = (0, start);
         let mut finishing = false;
@@ -50,8 +51,9 @@ impl<N: PingNic> Session<'_, N> {
                 until = until.min(next);
             }
             self.h().wait_until(until - now, |ep| {
-                ep.inner().data_settled()
-                    || ep.inner().data_lines()
+                ep.inner().data_settled(id)
+                    || ep.inner().data_lines(Some(id))
+                    || ep.inner().has_mail(id)
                     || ep.inner().host().cm().pending_events(ch) > 0
                     || interrupt::requested()
             });
@@ -68,14 +70,13 @@ impl<N: PingNic> Session<'_, N> {
                 // CONNECT_REQUEST while the server is busy) wait for the next session.
                 let own = node.own_events(ep, now, Some(id));
                 let h = ep.inner_mut();
-                let d = h.data.as_mut();
                 if finish {
-                    if let Some(d) = d {
+                    if let Some(d) = h.data.get_mut(&id) {
                         d.finish_early();
                     }
                     h.step(now);
                 }
-                let d = h.data.as_mut();
+                let d = h.data.get_mut(&id);
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());
                 let n = d.as_ref().map_or(0, |d| d.steps);
                 let iterations = d.as_ref().map_or(0, |d| d.iterations);
@@ -84,7 +85,7 @@ impl<N: PingNic> Session<'_, N> {
                     .map(|l| l.drain(..).collect())
                     .unwrap_or_default();
                 if outcome == Some(Outcome::Paused) {
-                    if let Some(d) = h.data.as_mut() {
+                    if let Some(d) = h.data.get_mut(&id) {
                         d.resume();
                     }
                     ep.kill_peer();
@@ -125,7 +126,7 @@ impl<N: PingNic> Session<'_, N> {
                 None => {}
             }
         };
-        let Some(d) = self.h().with(|ep, _| ep.inner_mut().data.take()) else {
+        let Some(d) = self.h().with(|ep, _| ep.inner_mut().data.remove(&id)) else {
             return Err(Stop::Failed("the data phase vanished".into()));
         };
         self.live
@@ -228,8 +229,12 @@ impl<N: PingNic> Session<'_, N> {
             return;
         }
         let w = self.node.wire_now();
+        let who = match self.params.group {
+            Some(g) => format!("{} qp {}", self.role.name(), g.index),
+            None => self.role.name().to_string(),
+        };
         self.live.print_progress(
-            self.role,
+            &who,
             now,
             start,
             iterations,

@@ -3,7 +3,6 @@
 //! `--per-iteration`, one line per iteration as rping's `-v` does. The report on stdout is
 //! not affected.
 
-use super::Role;
 use crate::ping::Params;
 use std::io::Write as _;
 use verbs_core::SimTime;
@@ -73,7 +72,7 @@ impl Live {
     /// how long a run), the rate and bandwidth since the last line, retransmissions so far.
     pub fn print_progress(
         &mut self,
-        role: Role,
+        who: &str,
         now: SimTime,
         start: SimTime,
         iterations: u32,
@@ -91,8 +90,7 @@ impl Live {
         let mbit = per_s * f64::from(p.size) * 8.0 / 1e6;
         let elapsed = now.as_nanos().saturating_sub(start.as_nanos()) as f64 / 1e9;
         eprintln!(
-            "rnic ping {}: {elapsed:.1} s, {iterations} {of}, {per_s:.0}/s, {mbit:.1} Mbit/s, {retransmits} retransmits",
-            role.name()
+            "rnic ping {who}: {elapsed:.1} s, {iterations} {of}, {per_s:.0}/s, {mbit:.1} Mbit/s, {retransmits} retransmits"
         );
     }
 }

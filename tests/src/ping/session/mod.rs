@@ -147,6 +147,8 @@ impl<'a, N: PingNic> Session<'a, N> {
         for (ev, at) in setup_events {
             s.record_event(&ev, at);
         }
+        // Events of this id that another session's thread reads wait for this one.
+        s.h().with(|ep, _| ep.inner_mut().open_mailbox(id));
         s
     }
 
@@ -347,10 +349,11 @@ impl<'a, N: PingNic> Session<'a, N> {
             }
             let g = self.generation;
             let left = Duration::from_nanos(limit.as_nanos() - now.as_nanos());
-            let ch = self.node.channel();
+            let (ch, id) = (self.node.channel(), self.id);
             self.h().wait_until(left, |ep| {
                 ep.generation() != g
                     || ep.inner().host().cm().pending_events(ch) > 0
+                    || ep.inner().has_mail(id)
                     || interrupt::requested()
             });
         }
@@ -675,6 +678,8 @@ impl<'a, N: PingNic> Session<'a, N> {
     fn destroy(&mut self) {
         let (id, qp, cq, mr) = (self.id, self.l.qp, self.l.cq, self.l.mr);
         self.h().with(|ep, now| {
+            // Late events of this id (none is awaited any more) are dropped with it.
+            ep.inner_mut().close_mailbox(id);
             let (cm, dev) = ep.inner_mut().host_mut().split();
             // Teardown errors change nothing in the report: the checks were made before.
             if let Some(qp) = qp {
