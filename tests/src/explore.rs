@@ -12,8 +12,17 @@
 //! summary; [`Summary::merge`] (`rnic explore --merge a.json b.json …`) adds them up into the
 //! summary the whole range would have given (docs/explore.md).
 //!
+//! An interrupted run (SIGINT, SIGTERM: [`crate::interrupt`]) stops handing out seeds, lets
+//! every worker finish the seed it is on, and returns a partial summary: its campaign covers
+//! exactly the seeds run, and [`Summary::interruption`] lists the seeds left out with the
+//! commands that run them ([`partial`]).
+//!
 //! This module is a driver: it starts threads and reads the wall clock (for the throughput
 //! figure only). The scenarios themselves never see either.
+
+pub mod partial;
+
+pub use partial::{resume_command, Interruption};
 
 use crate::scenario::{self, SeedReport, Sometimes};
 use serde::{Deserialize, Serialize};
@@ -23,14 +32,20 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// The progress bar's message: the failing seeds so far.
+fn failing_text(n: u64) -> String {
+    if n == 0 {
+        "0 failing".into()
+    } else {
+        format!("{n} FAILING")
+    }
+}
+
 /// Version of the JSON summary format ([`Summary::format`]); bumped on incompatible changes.
 pub const SUMMARY_FORMAT: u32 = 1;
 
 /// At most this many violations are kept per failing seed (the replay shows them all).
 const VIOLATIONS_KEPT: usize = 4;
-
-/// Seeds a worker takes at a time.
-const CHUNK: u64 = 64;
 
 /// What [`explore`] runs.
 #[derive(Debug, Clone)]
@@ -41,7 +56,8 @@ pub struct ExploreOptions {
     pub seeds: u64,
     /// Worker threads (≥ 1). The [`Campaign`] does not depend on it.
     pub jobs: usize,
-    /// Show a progress bar on stderr (hidden anyway when stderr is not a terminal).
+    /// Show a progress bar on stderr, with the count of failing seeds so far (hidden anyway
+    /// when stderr is not a terminal: indicatif's stderr target draws nothing then).
     pub progress: bool,
     /// The command that runs this program (`argv[0]`), used to print exact replay commands.
     pub program: String,
@@ -185,6 +201,15 @@ pub struct Summary {
     pub campaign: Campaign,
     /// How long it took; `None` for a merge of shards.
     pub timing: Option<Timing>,
+    /// True when seeds asked for were not run (the run was interrupted, or merged shards
+    /// leave seeds out): `campaign` covers only the seeds of `campaign.ranges`, and
+    /// [`interruption`](Self::interruption) says what is missing. Absent (false) in summaries
+    /// written before it existed.
+    #[serde(default)]
+    pub partial: bool,
+    /// What a partial summary left out and the commands that run it; `None` when complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<Interruption>,
 }
 
 /// Why [`Summary::merge`] refused.
@@ -285,62 +310,88 @@ fn range_of(opts: &ExploreOptions) -> Range<u64> {
 }
 
 /// Runs every seed of `opts.start..opts.start + opts.seeds` on `opts.jobs` threads and sums
-/// up what the oracle found. Workers take seeds in chunks of 64 from a shared counter; the
-/// campaign part of the result is the same for every `jobs` (only [`Timing`] differs).
-#[allow(clippy::disallowed_methods)] // a driver: worker threads and the wall clock for Timing
+/// up what the oracle found; the campaign part of the result is the same for every `jobs`
+/// (only [`Timing`] differs). Stops early, with a partial summary, when SIGINT or SIGTERM
+/// arrives after [`crate::interrupt::install`]: [`explore_until`] with
+/// [`crate::interrupt::requested`].
 pub fn explore(opts: &ExploreOptions) -> Summary {
+    explore_until(opts, crate::interrupt::requested)
+}
+
+/// [`explore`], stopping early when `stop` returns true. Workers take one seed at a time from
+/// a shared counter and call `stop` before taking each; a worker that sees true takes no more
+/// seeds, and every seed taken is run to its end. The summary then covers exactly the seeds
+/// run (`campaign.ranges`), is [`partial`](Summary::partial), and its
+/// [`interruption`](Summary::interruption) lists the seeds not run, with the signal that
+/// arrived ([`crate::interrupt::signal`]) if any. A run that `stop` did not cut short gives
+/// the same summary as [`explore`].
+#[allow(clippy::disallowed_methods)] // a driver: worker threads and the wall clock for Timing
+pub fn explore_until(opts: &ExploreOptions, stop: impl Fn() -> bool + Sync) -> Summary {
     let range = range_of(opts);
     let jobs = opts.jobs.max(1);
     let bar = if opts.progress {
         let bar = indicatif::ProgressBar::new(range.end - range.start);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{wide_bar}] {pos}/{len} seeds, {per_sec}, eta {eta}",
+                "{elapsed_precise} [{wide_bar}] {pos}/{len} seeds, {msg}, {per_sec}, eta {eta}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
+        bar.set_message(failing_text(0));
         bar
     } else {
         indicatif::ProgressBar::hidden()
     };
     let next = AtomicU64::new(range.start);
-    let total = Mutex::new(Tally::default());
+    let failing = AtomicU64::new(0);
+    let total = Mutex::new((Tally::default(), Vec::new()));
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| {
                 let mut tally = Tally::default();
-                loop {
-                    let from = next.fetch_add(CHUNK, Ordering::Relaxed);
-                    if from >= range.end || from < range.start {
+                // The seeds this worker ran, as ranges.
+                let mut ran: Vec<[u64; 2]> = Vec::new();
+                while !stop() {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    // (`< start`: the counter wrapped past 2^64 − 1.)
+                    if seed >= range.end || seed < range.start {
                         break;
                     }
-                    let to = from.saturating_add(CHUNK).min(range.end);
-                    for seed in from..to {
-                        tally.add(&scenario::run_seed(seed), &opts.program);
+                    let before = tally.failing.len();
+                    tally.add(&scenario::run_seed(seed), &opts.program);
+                    if tally.failing.len() > before {
+                        let n = failing.fetch_add(1, Ordering::Relaxed) + 1;
+                        bar.set_message(failing_text(n));
                     }
-                    bar.inc(to - from);
+                    match ran.last_mut() {
+                        Some(r) if r[1] == seed => r[1] = seed + 1,
+                        _ => ran.push([seed, seed + 1]),
+                    }
+                    bar.inc(1);
                 }
                 // A poisoned lock means another worker panicked: its panic is re-raised by
                 // the scope, so this worker's tally may be dropped.
                 if let Ok(mut t) = total.lock() {
-                    t.absorb(tally);
+                    t.0.absorb(tally);
+                    t.1.extend(ran);
                 }
             });
         }
     });
     bar.finish_and_clear();
     let elapsed_s = started.elapsed().as_secs_f64();
-    let tally = total.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (tally, ran) = total.into_inner().unwrap_or_else(|p| p.into_inner());
     let scenarios = tally.scenarios;
-    let ranges = if range.is_empty() {
-        Vec::new()
-    } else {
-        vec![[range.start, range.end]]
-    };
+    let ran = partial::coalesce(ran);
+    let requested = partial::coalesce(vec![[range.start, range.end]]);
+    let signal = crate::interrupt::signal().map(partial::signal_name);
+    let interruption = Interruption::of(&requested, &ran, signal, &opts.program);
     Summary {
         format: SUMMARY_FORMAT,
-        campaign: tally.into_campaign(ranges),
+        partial: interruption.is_some(),
+        interruption,
+        campaign: tally.into_campaign(ran),
         timing: Some(Timing {
             jobs,
             elapsed_s,
@@ -354,7 +405,7 @@ pub fn explore(opts: &ExploreOptions) -> Summary {
 }
 
 impl Summary {
-    /// True when no seed failed.
+    /// True when no seed failed (of those run: see [`partial`](Self::partial)).
     pub fn passed(&self) -> bool {
         self.campaign.failures == 0
     }
@@ -369,26 +420,56 @@ impl Summary {
             .collect()
     }
 
+    /// [`merge_as`](Self::merge_as) with `rnic` as the program of resume commands.
+    ///
+    /// # Errors
+    /// As [`merge_as`](Self::merge_as).
+    pub fn merge(summaries: &[Summary]) -> Result<Summary, MergeError> {
+        Self::merge_as(summaries, "rnic")
+    }
+
     /// Adds up shard summaries into the summary of the union of their seed ranges: counts and
     /// counters summed, failing seeds merged in seed order, digests added. The result has no
     /// [`Timing`].
     ///
+    /// Partial shards (interrupted runs) are accepted: their `campaign.ranges` are exactly
+    /// the seeds they ran, so the sums stay right. The result is partial when a seed some
+    /// shard asked for was run by none (its [`Interruption`] lists those, with resume
+    /// commands for `program`, and no signal); a partial shard merged with the shards its
+    /// resume commands wrote gives exactly the summary of the whole range.
+    ///
     /// # Errors
     /// [`MergeError::Empty`] for no summaries, [`MergeError::Format`] for another format
     /// version, [`MergeError::Overlap`] when two shards cover the same seed (the sums would
-    /// count it twice), [`MergeError::Digest`] for a malformed digest.
-    pub fn merge(summaries: &[Summary]) -> Result<Summary, MergeError> {
+    /// count it twice), [`MergeError::Digest`] for a malformed digest,
+    /// [`MergeError::Inconsistent`] for numbers that do not add up (a partial flag without
+    /// the seeds left out, seeds both run and not run, …).
+    pub fn merge_as(summaries: &[Summary], program: &str) -> Result<Summary, MergeError> {
         if summaries.is_empty() {
             return Err(MergeError::Empty);
         }
         let mut tally = Tally::default();
         let mut ranges: Vec<[u64; 2]> = Vec::new();
+        let mut requested: Vec<[u64; 2]> = Vec::new();
         for s in summaries {
             if s.format != SUMMARY_FORMAT {
                 return Err(MergeError::Format(s.format));
             }
             let c = &s.campaign;
             c.check_consistent().map_err(MergeError::Inconsistent)?;
+            match (&s.interruption, s.partial) {
+                (Some(i), true) => {
+                    i.check(&c.ranges).map_err(MergeError::Inconsistent)?;
+                    requested.extend(i.not_run.iter().copied());
+                }
+                (None, false) => {}
+                _ => {
+                    return Err(MergeError::Inconsistent(
+                        "`partial` and `interruption` disagree".into(),
+                    ))
+                }
+            }
+            requested.extend(c.ranges.iter().copied());
             let digest = u64::from_str_radix(&c.digest, 16)
                 .map_err(|_| MergeError::Digest(c.digest.clone()))?;
             let mut sometimes = [0u64; Sometimes::COUNT];
@@ -414,10 +495,13 @@ impl Summary {
                 _ => merged.push(r),
             }
         }
+        let interruption = Interruption::of(&partial::coalesce(requested), &merged, None, program);
         Ok(Summary {
             format: SUMMARY_FORMAT,
             campaign: tally.into_campaign(merged),
             timing: None,
+            partial: interruption.is_some(),
+            interruption,
         })
     }
 
@@ -431,12 +515,10 @@ impl Summary {
     pub fn render_requiring(&self, require_sometimes: bool) -> String {
         let c = &self.campaign;
         let mut s = String::new();
-        let ranges: Vec<String> = c
-            .ranges
-            .iter()
-            .map(|r| format!("{}..{}", r[0], r[1]))
-            .collect();
-        let _ = write!(s, "rnic explore: seeds {}", ranges.join(", "));
+        if let Some(i) = &self.interruption {
+            s.push_str(&partial::header(i, c.scenarios));
+        }
+        let _ = write!(s, "rnic explore: seeds {}", partial::ranges_text(&c.ranges));
         let _ = write!(s, " — {} scenarios", c.scenarios);
         if let Some(t) = &self.timing {
             let _ = write!(
@@ -449,6 +531,9 @@ impl Summary {
             );
         }
         s.push('\n');
+        if let Some(i) = &self.interruption {
+            s.push_str(&partial::details(i, &c.ranges));
+        }
         let _ = writeln!(s, "invariant failures: {} seed(s)", c.failures);
         for f in &c.failing {
             let _ = writeln!(s, "  FAIL seed {} [{}]", f.seed, f.faults);
@@ -483,13 +568,24 @@ impl Summary {
             );
         }
         let _ = writeln!(s, "campaign digest: {}", c.digest);
-        let verdict = if !self.passed() {
-            "FAIL"
+        let mut verdict = if !self.passed() {
+            "FAIL".to_string()
         } else if require_sometimes && !blind.is_empty() {
-            "FAIL (--require-sometimes: a counter is zero)"
+            "FAIL (--require-sometimes: a counter is zero)".to_string()
         } else {
-            "PASS"
+            "PASS".to_string()
         };
+        if let Some(i) = &self.interruption {
+            let not_run = i.seeds_not_run();
+            verdict = if self.passed() {
+                format!(
+                    "INCOMPLETE (no failure in the {} seeds run; {not_run} not run)",
+                    c.scenarios
+                )
+            } else {
+                format!("{verdict} (PARTIAL: {not_run} seeds not run)")
+            };
+        }
         let _ = writeln!(s, "verdict: {verdict}");
         s
     }
@@ -627,6 +723,8 @@ mod tests {
             format: SUMMARY_FORMAT,
             campaign: t.into_campaign(vec![[7, 8]]),
             timing: None,
+            partial: false,
+            interruption: None,
         };
         assert!(!s.passed());
         assert_eq!(

@@ -153,3 +153,105 @@ fn bench_peer_is_hidden_and_bad_measures_are_refused() {
     let out = bench(&["--only", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+mod signals;
+
+use nix::sys::signal::Signal;
+use std::time::Duration;
+
+/// `rnic bench --rounds 1 ARGS`, signalled with `sig` once it has a child whose command line
+/// contains `child`; the children it had then, and what it printed.
+fn interrupted_bench(
+    args: &[&str],
+    child: &str,
+    sig: Signal,
+) -> (Vec<signals::Proc>, signals::Ended) {
+    let mut p = signals::start(RNIC, &[&["bench", "--rounds", "1"], args].concat());
+    let mut kids = Vec::new();
+    p.wait_until(
+        &format!("running {child:?}"),
+        Duration::from_secs(60),
+        |pid| {
+            kids = signals::children(pid);
+            kids.iter().any(|k| k.cmdline.contains(child))
+        },
+    );
+    p.signal(sig);
+    let ended = p.end(Duration::from_secs(30));
+    (kids, ended)
+}
+
+#[test]
+fn sigterm_kills_the_ping_processes_and_exits_143() {
+    // A WRITE stream no test waits for: its `rnic ping` server and client run until killed.
+    let (kids, out) = interrupted_bench(
+        &["--only", "write-stream", "--write-count", "100000000"],
+        "--connect",
+        Signal::SIGTERM,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(143),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        kids.iter().any(|k| k.cmdline.contains("--listen")),
+        "{kids:?}"
+    );
+    for k in &kids {
+        assert!(!k.alive(), "still running after bench exited: {k:?}");
+    }
+    assert!(
+        out.stderr.contains("interrupted by SIGTERM"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .starts_with("rnic bench: INTERRUPTED: no measure finished a round"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn sigint_kills_the_explore_process_and_prints_the_rounds_finished() {
+    // inproc's round is done (in this process) before explore's `rnic explore` starts.
+    let (kids, out) = interrupted_bench(
+        &[
+            "--json",
+            "--only",
+            "inproc,explore",
+            "--inproc-writes",
+            "200",
+            "--explore-seeds",
+            "100000000",
+        ],
+        "explore",
+        Signal::SIGINT,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert!(
+        !kids[0].alive(),
+        "still running after bench exited: {:?}",
+        kids[0]
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["partial"], true, "{v}");
+    let keys: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["inproc", "inproc-cache"], "{v}");
+}

@@ -213,3 +213,123 @@ fn replay_pcap_decodes_in_tshark_with_the_cm_messages_of_the_history() {
         }
     }
 }
+
+mod signals;
+
+use nix::sys::signal::Signal;
+use std::time::Duration;
+
+const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
+/// Seeds no test waits for: an explore of them ends only when interrupted.
+const ENDLESS: u64 = 100_000_000;
+
+/// `rnic explore --seeds ENDLESS --jobs 2 ARGS`, interrupted by `sig` once it has used
+/// 0.3 s of CPU (so it has run seeds); what it printed.
+fn interrupted_explore(args: &[&str], sig: Signal) -> signals::Ended {
+    let seeds = ENDLESS.to_string();
+    let mut p = signals::start(
+        RNIC,
+        &[&["explore", "--seeds", &seeds, "--jobs", "2"], args].concat(),
+    );
+    p.wait_until("busy", Duration::from_secs(60), |pid| {
+        signals::cpu_ticks(pid) >= 30
+    });
+    p.signal(sig);
+    p.end(Duration::from_secs(30))
+}
+
+/// The `resume with:` commands of a text summary, each as program and arguments.
+fn resume_commands(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("resume with: "))
+        .map(|c| c.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// Runs `cmd` (a resume command) with `--seeds` replaced by `seeds`, plus `--json`.
+fn run_resumed(cmd: &[String], seeds: u64) -> Summary {
+    let mut args: Vec<String> = cmd[1..].to_vec();
+    let at = args.iter().position(|a| a == "--seeds").unwrap();
+    args[at + 1] = seeds.to_string();
+    args.push("--json".into());
+    let out = Command::new(&cmd[0]).args(&args).output().unwrap();
+    serde_json::from_slice(&out.stdout).expect("a JSON summary")
+}
+
+#[test]
+fn sigint_prints_the_partial_summary_with_a_resume_command_and_exits_130() {
+    let out = interrupted_explore(&[], Signal::SIGINT);
+    let text = &out.stdout;
+    assert_eq!(out.status.code(), Some(130), "{text}\n{}", out.stderr);
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with("rnic explore: PARTIAL summary (interrupted by SIGINT): "),
+        "{text}"
+    );
+    assert!(
+        first.ends_with(&format!(" of {ENDLESS} seeds run")),
+        "{text}"
+    );
+    // Workers take one seed at a time and finish it: the seeds run are 0..K.
+    let k: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("every seed of 0.."))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("no `every seed of 0..K` line:\n{text}"));
+    assert!(k > 0, "{text}");
+    assert!(first.contains(&format!("): {k} of ")), "{text}");
+    assert!(text.contains(&format!("— {k} scenarios in ")), "{text}");
+    assert!(text.contains("campaign digest: "), "{text}");
+    assert!(text.contains("verdict: INCOMPLETE") || text.contains("verdict: FAIL (PARTIAL"));
+    let resume = resume_commands(text);
+    assert_eq!(resume.len(), 1, "{text}");
+    let expected = format!("{RNIC} explore --start {k} --seeds {}", ENDLESS - k);
+    assert_eq!(resume[0].join(" "), expected, "{text}");
+    // The resume command starts where the interrupted run stopped.
+    let next = run_resumed(&resume[0], 20);
+    assert_eq!(next.campaign.ranges, [[k, k + 20]]);
+    assert!(!next.partial);
+}
+
+#[test]
+fn sigterm_with_json_prints_a_partial_summary_that_merges_with_its_resumed_run() {
+    let out = interrupted_explore(&["--json"], Signal::SIGTERM);
+    assert_eq!(
+        out.status.code(),
+        Some(143),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON object");
+    assert_eq!(v["partial"], true, "{v}");
+    assert_eq!(v["interruption"]["signal"], "SIGTERM", "{v}");
+    let cut: Summary = serde_json::from_value(v).unwrap();
+    let k = cut.campaign.scenarios;
+    assert!(k > 0);
+    assert_eq!(cut.campaign.ranges, [[0, k]]);
+    let i = cut.interruption.clone().unwrap();
+    assert_eq!(i.not_run, [[k, ENDLESS]]);
+    assert!(out.stderr.contains(&i.resume[0]), "{}", out.stderr);
+    // Merged with 20 seeds of its resume command: exactly the campaign of 0..k+20, still
+    // partial (the rest is not run), and refused by nothing.
+    let cmd: Vec<String> = i.resume[0].split_whitespace().map(str::to_string).collect();
+    let next = run_resumed(&cmd, 20);
+    let shards = [tmp("cut.json"), tmp("next.json")];
+    std::fs::write(&shards[0], &out.stdout).unwrap();
+    std::fs::write(&shards[1], serde_json::to_string(&next).unwrap()).unwrap();
+    let merged = rnic(&[
+        "explore",
+        "--json",
+        "--merge",
+        shards[0].to_str().unwrap(),
+        shards[1].to_str().unwrap(),
+    ]);
+    assert_eq!(merged.status.code(), Some(1), "a partial merge: {merged:?}");
+    let merged: Summary = serde_json::from_slice(&merged.stdout).unwrap();
+    assert!(merged.partial);
+    assert_eq!(merged.interruption.unwrap().not_run, [[k + 20, ENDLESS]]);
+    let whole = explore_json(&["--seeds", &(k + 20).to_string()]);
+    assert_eq!(merged.campaign, whole.campaign);
+}

@@ -17,6 +17,10 @@
 //! round so that load hits a figure and its baseline alike; the table gives the median of the
 //! rounds ([`table`]), then every round's figures. Progress goes to stderr.
 //!
+//! On SIGINT or SIGTERM (once the program installed [`crate::interrupt`]) [`main`] kills and
+//! reaps its processes ([`process::kill_all`]), prints the table of the rounds finished so far
+//! marked PARTIAL, and returns 130 or 143.
+//!
 //! The capi bench (`tests/benches/capi.rs`) uses the same baselines and peers.
 
 pub mod baseline;
@@ -32,6 +36,8 @@ pub mod table;
 use measure::{Config, Measure, Sizes};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use table::{render, render_rounds, Row, RowSummary};
 
 /// Why a measurement could not be made.
@@ -159,13 +165,26 @@ pub struct BenchReport {
     pub depth: Option<u32>,
     /// One summary per row of the table.
     pub rows: Vec<RowSummary>,
+    /// True when the run was interrupted (SIGINT, SIGTERM) before its last round: `rows`
+    /// are then the measures with at least one round finished, each over the rounds it
+    /// finished (`rnic_rounds`).
+    pub partial: bool,
 }
 
 impl BenchReport {
     /// The report as text: a header (machine, units), the ratio table, every round's figures.
     pub fn to_text(&self) -> String {
+        let partial = if !self.partial {
+            String::new()
+        } else if self.rows.is_empty() {
+            "rnic bench: INTERRUPTED: no measure finished a round\n".to_string()
+        } else {
+            "rnic bench: INTERRUPTED: a PARTIAL table, of the rounds finished \
+             (each measure's are listed under rounds:)\n"
+                .to_string()
+        };
         format!(
-            "rnic bench: median of {} round(s); {}, {} CPU(s){}\n\
+            "{partial}rnic bench: median of {} round(s); {}, {} CPU(s){}\n\
              MB = 10^6 bytes, GB = 10^9 bytes; ratio = rnic / baseline\n\n{}\n{}",
             self.rounds,
             self.machine.cpu,
@@ -184,6 +203,33 @@ impl BenchReport {
 /// # Errors
 /// The first measurement that failed ([`BenchError`]).
 pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
+    run_noting(args, rnic, &mut |_| {})
+}
+
+/// The report of `rows` (rows without a finished round left out).
+fn report_of(args: &BenchArgs, measures: &[Measure], rows: &[(Measure, Vec<Row>)]) -> BenchReport {
+    BenchReport {
+        machine: Machine::this(),
+        rounds: args.rounds,
+        depth: measures
+            .iter()
+            .any(|m| matches!(m, Measure::WriteStream | Measure::Write1m))
+            .then_some(args.depth),
+        rows: rows
+            .iter()
+            .flat_map(|(_, rows)| rows.iter().filter(|r| !r.rnic.is_empty()).map(Row::summary))
+            .collect(),
+        partial: false,
+    }
+}
+
+/// [`run`], handing `noted` the report of the rounds finished so far after each measure's
+/// round.
+fn run_noting(
+    args: &BenchArgs,
+    rnic: &Path,
+    noted: &mut dyn FnMut(BenchReport),
+) -> Result<BenchReport, BenchError> {
     let mut measures = if args.only.is_empty() {
         Measure::ALL.to_vec()
     } else {
@@ -205,55 +251,117 @@ pub fn run(args: &BenchArgs, rnic: &Path) -> Result<BenchReport, BenchError> {
     };
     let mut rows: Vec<(Measure, Vec<Row>)> = measures.iter().map(|&m| (m, m.rows(&cfg))).collect();
     for round in 1..=args.rounds {
-        for (m, rows) in &mut rows {
+        for i in 0..rows.len() {
+            let (m, measure_rows) = &mut rows[i];
+            let m = *m;
             eprintln!("rnic bench: round {round}/{}: {} …", args.rounds, m.name());
-            let said = m.round(&cfg, rows)?;
+            let said = m.round(&cfg, measure_rows)?;
             eprintln!(
                 "rnic bench: round {round}/{}: {}: {said}",
                 args.rounds,
                 m.name()
             );
+            noted(report_of(args, &measures, &rows));
         }
     }
-    Ok(BenchReport {
-        machine: Machine::this(),
-        rounds: args.rounds,
-        depth: measures
-            .iter()
-            .any(|m| matches!(m, Measure::WriteStream | Measure::Write1m))
-            .then_some(args.depth),
-        rows: rows
-            .iter()
-            .flat_map(|(_, rows)| rows.iter().map(Row::summary))
-            .collect(),
-    })
+    Ok(report_of(args, &measures, &rows))
+}
+
+/// Prints `report` (text or `--json`) on stdout; false when it cannot be serialised.
+fn print_report(report: &BenchReport, json: bool) -> bool {
+    let text = if json {
+        match serde_json::to_string_pretty(report) {
+            Ok(s) => s + "\n",
+            Err(e) => {
+                eprintln!("rnic bench: {e}");
+                return false;
+            }
+        }
+    } else {
+        report.to_text()
+    };
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (`rnic bench | head`) loses the report, nothing else.
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    true
 }
 
 /// `rnic bench`: runs, prints the report (text or `--json`) on stdout; returns the exit code:
-/// 0 when every measurement was made (met goals or not), 1 when one failed.
+/// 0 when every measurement was made (met goals or not), 1 when one failed. On SIGINT or
+/// SIGTERM ([`crate::interrupt::requested`]): kills its processes ([`process::kill_all`]),
+/// prints the report of the rounds finished, marked partial, and returns 130 or 143
+/// ([`crate::interrupt::exit_status`]).
 pub fn main(args: &BenchArgs, rnic: &Path) -> u8 {
-    match run(args, rnic) {
-        Ok(report) => {
-            let text = if args.json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(s) => s + "\n",
-                    Err(e) => {
-                        eprintln!("rnic bench: {e}");
-                        return 1;
-                    }
-                }
-            } else {
-                report.to_text()
-            };
-            use std::io::Write as _;
-            let mut out = std::io::stdout().lock();
-            // A closed stdout (`rnic bench | head`) loses the report, nothing else.
-            let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-            0
-        }
+    // The measures run on a thread of their own, so that an interruption is answered
+    // whatever they are blocked on; this thread watches both.
+    let so_far: Arc<Mutex<Option<BenchReport>>> = Arc::new(Mutex::new(None));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let (args, rnic, so_far) = (args.clone(), rnic.to_path_buf(), Arc::clone(&so_far));
+        std::thread::Builder::new()
+            .name("rnic-bench".into())
+            .spawn(move || {
+                let mut note = |r: BenchReport| {
+                    *so_far.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+                };
+                let _ = tx.send(run_noting(&args, &rnic, &mut note));
+            })
+    };
+    let worker = match worker {
+        Ok(w) => w,
         Err(e) => {
+            eprintln!("rnic bench: cannot start a thread: {e}");
+            return 1;
+        }
+    };
+    let outcome = loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(r) => break Some(r),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if crate::interrupt::requested() {
+                    break None;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                // The worker ended without a result: it panicked.
+                if let Err(p) = worker.join() {
+                    std::panic::resume_unwind(p);
+                }
+                return 1;
+            }
+        }
+    };
+    // A run cut short by the interruption (its processes killed under it) is no failure.
+    if crate::interrupt::requested() {
+        process::kill_all();
+        let report = match outcome {
+            Some(Ok(full)) => full,
+            _ => {
+                let noted = so_far.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let mut r = noted.unwrap_or_else(|| BenchReport {
+                    machine: Machine::this(),
+                    rounds: args.rounds,
+                    depth: None,
+                    rows: Vec::new(),
+                    partial: true,
+                });
+                r.partial = true;
+                r
+            }
+        };
+        let sig = crate::interrupt::signal()
+            .map_or_else(|| "a signal".into(), crate::explore::partial::signal_name);
+        eprintln!("rnic bench: interrupted by {sig}: its processes are killed");
+        print_report(&report, args.json);
+        return crate::interrupt::exit_status();
+    }
+    match outcome {
+        Some(Ok(report)) => u8::from(!print_report(&report, args.json)),
+        Some(Err(e)) => {
             eprintln!("rnic bench: {e}");
             1
         }
+        None => 1,
     }
 }

@@ -1,6 +1,11 @@
 //! The other processes of a measurement ([`Proc`]): started with their stdout and stderr
 //! piped, read line by line while they run (a readiness line), then collected with a
 //! deadline; killed (by their own id) if they are still running when dropped.
+//!
+//! Every child still running is also listed process-wide, so that [`kill_all`] can kill and
+//! reap them: it runs on the first SIGINT or SIGTERM ([`crate::interrupt`], once the program
+//! installed it), so that an interrupted `rnic bench` leaves no `rnic ping` or `bench-peer`
+//! behind — a child is not told of its parent's death, and would run on.
 
 // Real processes on the wall clock: a deadline is an `Instant`, and the pipes are drained by
 // threads of their own so that a chatty child never blocks on a full pipe. The workspace's
@@ -8,11 +13,51 @@
 #![allow(clippy::disallowed_methods)]
 
 use super::BenchError;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, Once, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The children [`Proc::spawn`] started and no [`Proc`] has dropped yet.
+struct Children {
+    /// [`kill_all`] ran: no more children.
+    stopped: bool,
+    /// The next key of `live`.
+    next: u64,
+    /// Each child, shared with its [`Proc`]; reaped only under its lock, so that a kill
+    /// never reaches a process ID the system gave to another process since.
+    live: BTreeMap<u64, Arc<Mutex<Child>>>,
+}
+
+static CHILDREN: Mutex<Children> = Mutex::new(Children {
+    stopped: false,
+    next: 0,
+    live: BTreeMap::new(),
+});
+
+/// Registers [`kill_all`] with [`crate::interrupt::on_interrupt`] (once).
+static KILL_ON_INTERRUPT: Once = Once::new();
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Kills (SIGKILL, `Child::kill`) and reaps every child of [`Proc::spawn`] still running, and
+/// makes every later [`Proc::spawn`] fail: run on the first SIGINT/SIGTERM (after
+/// [`crate::interrupt::install`]), and by `rnic bench` before it reports an interruption.
+pub fn kill_all() {
+    let mut children = lock(&CHILDREN);
+    children.stopped = true;
+    for child in children.live.values() {
+        let mut c = lock(child);
+        if matches!(c.try_wait(), Ok(None)) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
 
 /// What a finished process printed, and how it ended.
 #[derive(Debug)]
@@ -29,7 +74,9 @@ pub struct Finished {
 #[derive(Debug)]
 pub struct Proc {
     what: String,
-    child: Child,
+    /// Its key in [`CHILDREN`].
+    key: u64,
+    child: Arc<Mutex<Child>>,
     stdout: Option<BufReader<ChildStdout>>,
     stderr: Option<JoinHandle<String>>,
 }
@@ -54,9 +101,21 @@ impl Proc {
     /// Starts `cmd` (stdin closed, stdout and stderr piped); `what` names it in errors.
     ///
     /// # Errors
-    /// [`BenchError::Io`] when the program cannot be started.
+    /// [`BenchError::Io`] when the program cannot be started; [`BenchError::Process`] after
+    /// [`kill_all`] (an interruption).
     pub fn spawn(what: impl Into<String>, mut cmd: Command) -> Result<Proc, BenchError> {
         let what = what.into();
+        KILL_ON_INTERRUPT.call_once(|| {
+            crate::interrupt::on_interrupt(kill_all);
+        });
+        // Started under the lock: `kill_all` either runs first (and nothing starts) or sees
+        // the child.
+        let mut children = lock(&CHILDREN);
+        if children.stopped {
+            return Err(BenchError::Process(format!(
+                "not starting {what}: interrupted"
+            )));
+        }
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -68,8 +127,13 @@ impl Proc {
             .stderr
             .take()
             .map(|e| std::thread::spawn(move || read_all(e)));
+        let key = children.next;
+        children.next += 1;
+        let child = Arc::new(Mutex::new(child));
+        children.live.insert(key, Arc::clone(&child));
         Ok(Proc {
             what,
+            key,
             child,
             stdout,
             stderr,
@@ -122,7 +186,6 @@ impl Proc {
             None => String::new(),
         };
         let status = self
-            .child
             .wait()
             .map_err(|e| BenchError::io(format!("waiting for {}", self.what), e))?;
         Ok(Finished {
@@ -158,10 +221,24 @@ impl Proc {
             .unwrap_or_default()
     }
 
+    /// Waits for it to exit (it has closed its stdout: it is exiting). Polls, so that
+    /// [`kill_all`] never waits for the lock of a child that has not exited.
+    fn wait(&self) -> std::io::Result<ExitStatus> {
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if let Some(status) = lock(&self.child).try_wait()? {
+                return Ok(status);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
     fn kill(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        let mut child = lock(&self.child);
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }
@@ -169,6 +246,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
+        lock(&CHILDREN).live.remove(&self.key);
     }
 }
 

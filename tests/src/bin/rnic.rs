@@ -68,7 +68,9 @@ enum Command {
     /// A swarm over seeds: each seed draws its own faults (loss, duplication, reordering
     /// delays, partitions, crashes) and workload, runs on the deterministic World and is checked
     /// by the oracle (S1–S7, L1–L3). Prints a summary with the "sometimes" counters and the
-    /// replay command of every failing seed; exits 1 if any seed failed.
+    /// replay command of every failing seed; exits 1 if any seed failed. On SIGINT (Ctrl-C) or
+    /// SIGTERM it finishes the seeds in progress and prints a PARTIAL summary with the
+    /// commands that run the rest; exits 130 (SIGINT) or 143 (SIGTERM).
     Explore {
         /// Number of seeds (scenarios) to run (≥ 1; `--start + --seeds` at most 2^64 − 1).
         #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -85,8 +87,8 @@ enum Command {
         /// Also fail (exit 1) if a "sometimes" counter is still zero at the end.
         #[arg(long)]
         require_sometimes: bool,
-        /// Merge these shard summaries (JSON files written by `explore --json`) instead of
-        /// running seeds.
+        /// Merge these shard summaries (JSON files written by `explore --json`, partial ones
+        /// included) instead of running seeds; exits 1 if the shards leave seeds out.
         #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with_all = ["seeds", "start", "jobs"])]
         merge: Vec<PathBuf>,
     },
@@ -155,6 +157,19 @@ fn run_explore(
     merge: &[PathBuf],
 ) -> ExitCode {
     let summary = if merge.is_empty() {
+        // Ctrl-C keeps the report: the first SIGINT/SIGTERM stops handing out seeds, a second
+        // one exits at once.
+        match rnic_testbed::interrupt::install() {
+            Ok(()) => rnic_testbed::interrupt::on_interrupt(|| {
+                eprintln!(
+                    "rnic explore: interrupted: finishing the seeds in progress, then the \
+                     partial summary (again to exit at once)"
+                );
+            }),
+            Err(e) => eprintln!(
+                "rnic explore: cannot catch SIGINT/SIGTERM ({e}): Ctrl-C loses the summary"
+            ),
+        }
         explore::explore(&opts)
     } else {
         let mut shards = Vec::new();
@@ -170,7 +185,7 @@ fn run_explore(
                 }
             }
         }
-        match Summary::merge(&shards) {
+        match Summary::merge_as(&shards, &program()) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("rnic explore --merge: {e}");
@@ -196,7 +211,18 @@ fn run_explore(
             summary.blind_spots().join(", ")
         );
     }
-    if summary.passed() && !blind {
+    if let (Some(i), true) = (&summary.interruption, json) {
+        eprintln!(
+            "rnic explore: partial summary: {} seed(s) not run; {}",
+            i.seeds_not_run(),
+            i.resume.join("; ")
+        );
+    }
+    if rnic_testbed::interrupt::requested() {
+        // Interrupted: 130 (SIGINT) or 143 (SIGTERM), as a shell reports a process the signal
+        // killed, even when the last seeds were already running and the summary is whole.
+        ExitCode::from(rnic_testbed::interrupt::exit_status())
+    } else if summary.passed() && !blind && !summary.partial {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -351,7 +377,16 @@ fn main() -> ExitCode {
             ExitCode::from(rnic_testbed::ping::cli::main(&args))
         }
         Command::Bench(args) => match std::env::current_exe() {
-            Ok(rnic) => ExitCode::from(rnic_testbed::bench::main(&args, &rnic)),
+            Ok(rnic) => {
+                // On SIGINT/SIGTERM bench kills its processes and prints what it measured.
+                if let Err(e) = rnic_testbed::interrupt::install() {
+                    eprintln!(
+                        "rnic bench: cannot catch SIGINT/SIGTERM ({e}): Ctrl-C may leave its \
+                         processes running"
+                    );
+                }
+                ExitCode::from(rnic_testbed::bench::main(&args, &rnic))
+            }
             Err(e) => {
                 eprintln!("rnic bench: cannot find this program's path: {e}");
                 ExitCode::from(2)
