@@ -385,7 +385,7 @@ pub fn explore_until(opts: &ExploreOptions, stop: impl Fn() -> bool + Sync) -> S
     let scenarios = tally.scenarios;
     let ran = partial::coalesce(ran);
     let requested = partial::coalesce(vec![[range.start, range.end]]);
-    let signal = crate::interrupt::signal().map(partial::signal_name);
+    let signal = crate::interrupt::signal().map(|_| crate::interrupt::signal_name().to_string());
     let interruption = Interruption::of(&requested, &ran, signal, &opts.program);
     Summary {
         format: SUMMARY_FORMAT,

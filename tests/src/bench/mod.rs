@@ -350,8 +350,7 @@ pub fn main(args: &BenchArgs, rnic: &Path) -> u8 {
                 r
             }
         };
-        let sig = crate::interrupt::signal()
-            .map_or_else(|| "a signal".into(), crate::explore::partial::signal_name);
+        let sig = crate::interrupt::signal_name();
         eprintln!("rnic bench: interrupted by {sig}: its processes are killed");
         print_report(&report, args.json);
         return crate::interrupt::exit_status();

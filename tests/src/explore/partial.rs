@@ -98,15 +98,6 @@ pub fn resume_command(program: &str, range: [u64; 2]) -> String {
     )
 }
 
-/// The name of signal `sig` (`SIGINT`, `SIGTERM`, else `signal N`).
-pub(crate) fn signal_name(sig: i32) -> String {
-    match sig {
-        crate::interrupt::SIGINT => "SIGINT".into(),
-        crate::interrupt::SIGTERM => "SIGTERM".into(),
-        n => format!("signal {n}"),
-    }
-}
-
 /// `ranges` sorted, with overlapping or touching ranges joined and empty ones dropped.
 pub(crate) fn coalesce(mut ranges: Vec<[u64; 2]>) -> Vec<[u64; 2]> {
     ranges.retain(|r| r[0] < r[1]);

@@ -146,7 +146,7 @@ impl<N: PingNic> Session<'_, N> {
         if finishing && self.iterations < count {
             let now = self.h().now();
             let why = match self.interrupted {
-                Some(sig) => format!("{sig}"),
+                Some(sig) => sig.to_string(),
                 None => "--duration".to_string(),
             };
             self.note(

@@ -187,10 +187,8 @@ impl<'a, N: PingNic> Session<'a, N> {
     /// The signal that asked the process to stop, if one did (noted in the timeline once).
     fn interrupted(&mut self) -> Option<&'static str> {
         if self.interrupted.is_none() {
-            let name = match interrupt::signal()? {
-                interrupt::SIGTERM => "SIGTERM",
-                _ => "SIGINT",
-            };
+            interrupt::signal()?;
+            let name = interrupt::signal_name();
             self.interrupted = Some(name);
             let now = self.h().now();
             self.note(
