@@ -211,6 +211,13 @@ impl<N: PingNic> Session<'_, N> {
             self.ended_early = Some(ran);
         }
         if op == PingOp::Write {
+            if let Some(k) = self.kill_after.filter(|k| *k < ran) {
+                let now = self.h().now();
+                self.note(
+                    now,
+                    format!("--kill-peer-after {k}: a WRITE stream's server sees no iterations, so the peer dies at the close"),
+                );
+            }
             if let Some(last) = ran.checked_sub(1) {
                 let got = self.load(l.write_target, size)?;
                 self.verify("last RDMA WRITE", &got, &pattern(last, b'W', size))?;

@@ -606,6 +606,18 @@ impl<'a, N: PingNic> Session<'a, N> {
             Some(Stop::Transport(_)) => Duration::ZERO,
             _ => Duration::from_millis(self.node.cfg().dreq_timeout_ms()),
         };
+        if !peer_gone
+            && self.interrupted.is_none()
+            && matches!(self.stopped, Some(Stop::Timeout(_) | Stop::Transport(_)))
+        {
+            // A silent peer: the wait can be long, say so.
+            eprintln!(
+                "rnic ping {}: {}; waiting for DISCONNECTED (the DREQ gives up after {:.0} s; Ctrl-C stops now)",
+                self.role.name(),
+                self.stopped.as_ref().map_or(String::new(), ToString::to_string),
+                self.node.cfg().dreq_give_up_ms() as f64 / 1e3
+            );
+        }
         let status = match self.expect_event(CmEventType::Disconnected) {
             Ok(ev) => {
                 let now = self.h().now();
