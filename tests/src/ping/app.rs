@@ -1,18 +1,13 @@
 //! The ping application's sans-IO parts: the [`Ledger`] of one connection's work requests and
 //! buffers, and the [`DataPhase`] machine that runs the iterations inside the endpoint
-//! ([`PingHost`]), so that the UDP driver's thread reacts to a completion in the same wake-up
+//! ([`PingHost`](super::endpoint::PingHost)), so that the UDP driver's thread reacts to a completion in the same wake-up
 //! that delivered the packet — as an `ibv_poll_cq` busy loop would — instead of handing it to
 //! the application's thread and back.
 
 use super::report::upper_snake;
 use super::{PingOp, Role};
 use crate::host::{Host, Nic};
-use bytes::Bytes;
-use cm_core::api::{CmEvent, CmIdHandle};
-use rnic_sim::fabric::Endpoint;
-use rnic_sim::nic::SimNic;
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use verbs_core::{
     CqHandle, Device, Mr, Qp, RecvWr, SendFlags, SendWr, SimTime, WcStatus, WorkCompletion,
 };
@@ -649,129 +644,5 @@ impl DataPhase {
         self.i += 1;
         self.iterations = self.i;
         self.st = St::Next;
-    }
-}
-
-/// A [`Host`] with the ping application's [`DataPhase`]s attached while they run (one per
-/// connection: `--qps` runs several at once): the endpoint the UDP driver runs (behind the
-/// fault layer). Also the mailboxes of the sessions that run at once: a CM event read by one
-/// session's thread for another's id waits there, where the other's wait condition sees it.
-#[derive(Debug)]
-pub struct PingHost<N: Nic = SimNic> {
-    host: Host<N>,
-    /// The running data phases, by connection.
-    pub data: BTreeMap<CmIdHandle, DataPhase>,
-    /// CM events for the sessions in progress, by id (see [`PingHost::open_mailbox`]).
-    mailboxes: BTreeMap<CmIdHandle, VecDeque<CmEvent>>,
-}
-
-impl<N: Nic> PingHost<N> {
-    /// `host` without a data phase.
-    pub fn new(host: Host<N>) -> PingHost<N> {
-        PingHost {
-            host,
-            data: BTreeMap::new(),
-            mailboxes: BTreeMap::new(),
-        }
-    }
-
-    /// From now on events of `id` read by another session wait in its mailbox.
-    pub fn open_mailbox(&mut self, id: CmIdHandle) {
-        self.mailboxes.entry(id).or_default();
-    }
-
-    /// Ends `id`'s mailbox (its session ended); returns what was still in it.
-    pub fn close_mailbox(&mut self, id: CmIdHandle) -> VecDeque<CmEvent> {
-        self.mailboxes.remove(&id).unwrap_or_default()
-    }
-
-    /// Posts `ev` to its id's mailbox if it has one; else returns it.
-    pub fn post(&mut self, ev: CmEvent) -> Option<CmEvent> {
-        match self.mailboxes.get_mut(&ev.id) {
-            Some(m) => {
-                m.push_back(ev);
-                None
-            }
-            None => Some(ev),
-        }
-    }
-
-    /// Takes the events waiting in `id`'s mailbox.
-    pub fn take_mail(&mut self, id: CmIdHandle) -> Vec<CmEvent> {
-        self.mailboxes
-            .get_mut(&id)
-            .map(|m| m.drain(..).collect())
-            .unwrap_or_default()
-    }
-
-    /// Whether `id`'s mailbox holds an event.
-    pub fn has_mail(&self, id: CmIdHandle) -> bool {
-        self.mailboxes.get(&id).is_some_and(|m| !m.is_empty())
-    }
-
-    /// The host.
-    pub fn host(&self) -> &Host<N> {
-        &self.host
-    }
-
-    /// The host, mutably.
-    pub fn host_mut(&mut self) -> &mut Host<N> {
-        &mut self.host
-    }
-
-    /// Attaches `d` as connection `id`'s and runs its first step at `now`.
-    pub fn start(&mut self, id: CmIdHandle, mut d: DataPhase, now: SimTime) {
-        d.step(&mut self.host, now);
-        self.data.insert(id, d);
-    }
-
-    /// Steps every data phase at `now`.
-    pub fn step(&mut self, now: SimTime) {
-        for d in self.data.values_mut() {
-            d.step(&mut self.host, now);
-        }
-    }
-
-    /// Whether connection `id`'s data phase has an outcome (or none runs).
-    pub fn data_settled(&self, id: CmIdHandle) -> bool {
-        self.data.get(&id).is_none_or(|d| d.outcome.is_some())
-    }
-
-    /// Whether some data phase has an outcome the application has not taken.
-    pub fn any_settled(&self) -> bool {
-        self.data.values().any(|d| d.outcome.is_some())
-    }
-
-    /// Whether connection `id`'s data phase (`None`: any) has per-iteration lines for the
-    /// application to print.
-    pub fn data_lines(&self, id: Option<CmIdHandle>) -> bool {
-        self.data
-            .iter()
-            .filter(|(k, _)| id.is_none_or(|id| **k == id))
-            .any(|(_, d)| d.lines.as_ref().is_some_and(|l| !l.is_empty()))
-    }
-}
-
-impl<N: Nic> Endpoint for PingHost<N> {
-    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        self.host.handle_datagram(now, src, bytes);
-        self.step(now);
-    }
-
-    fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
-        self.host.poll_transmit(now)
-    }
-
-    fn poll_timeout(&self) -> Option<SimTime> {
-        self.host.poll_timeout()
-    }
-
-    fn handle_timeout(&mut self, now: SimTime) {
-        self.host.handle_timeout(now);
-        self.step(now);
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.host.addr()
     }
 }

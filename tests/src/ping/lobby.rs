@@ -14,7 +14,7 @@
 //! newer request from an address supersedes its handshake still running, and waits
 //! (deferred) behind one that completed or is in session (docs/hostile-input.md).
 
-use super::app::PingHost;
+use super::endpoint::PingHost;
 use super::nic::PingNic;
 use super::params::Params;
 use super::session::conn_param;

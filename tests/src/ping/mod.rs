@@ -17,6 +17,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod endpoint;
 pub mod lobby;
 pub mod nic;
 pub mod node;

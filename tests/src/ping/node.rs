@@ -3,7 +3,7 @@
 //! [`Session`](super::session::Session) runs a connection on. A server's node serves one
 //! session after another.
 
-use super::app::PingHost;
+use super::endpoint::PingHost;
 use super::lobby::{Candidate, Ctx, Lobby, Refusal};
 use super::nic::{DeviceWaker, PingNic};
 use super::report::WireRecord;
