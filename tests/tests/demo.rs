@@ -108,3 +108,37 @@ fn verbose_flag_and_rust_log_turn_on_the_log() {
     let env_wins = run(&["-v", "demo", "--size", "64"], Some("error"));
     assert!(!env_wins.contains("UDP driver ready"), "{env_wins}");
 }
+
+/// The largest transfer in the smallest MTU (4096 packets a message) passes: `--timeout` is
+/// a limit on time without progress, not on the whole run (issue 15).
+#[test]
+fn demo_with_the_largest_size_and_smallest_mtu_passes_within_its_timeout() {
+    let r = run(&DemoOptions {
+        size: 1 << 20,
+        mtu: Mtu::Mtu256,
+        count: 3,
+        timeout: std::time::Duration::from_secs(5),
+        ..DemoOptions::default()
+    })
+    .unwrap();
+    assert!(r.passed(), "{}", r.transcript);
+    assert_eq!(r.client.path_mtu, Some(256));
+    assert!(r.bytes_verified >= 3 * 4 * (1 << 20));
+}
+
+/// `rnic demo --timeout` is taken, and refused when not a positive number of seconds.
+#[test]
+fn demo_takes_a_timeout() {
+    let rnic = env!("CARGO_BIN_EXE_rnic");
+    let code = |t: &str| {
+        std::process::Command::new(rnic)
+            .args(["demo", "--size", "64", "--timeout", t])
+            .output()
+            .expect("rnic runs")
+            .status
+            .code()
+    };
+    assert_eq!(code("30"), Some(0));
+    assert_eq!(code("0"), Some(2));
+    assert_eq!(code("nan"), Some(2));
+}

@@ -67,6 +67,9 @@ pub enum PingError {
     /// has it; `EADDRNOTAVAIL`: not an address of this host).
     #[error("cannot bind UDP {0}: {1}")]
     Bind(std::net::SocketAddr, std::io::Error),
+    /// No route from this host to the server's address (e.g. `ENETUNREACH`).
+    #[error("cannot reach {0}: {1}")]
+    Route(std::net::SocketAddr, std::io::Error),
     /// The device refused a verbs or CM call.
     #[error("{0}")]
     Verbs(#[from] verbs_core::Error),
@@ -490,7 +493,9 @@ impl<N: PingNic> Client<N> {
             },
             0,
         ))?;
-        probe.connect(server)?;
+        probe
+            .connect(server)
+            .map_err(|e| PingError::Route(server, e))?;
         let ip = N::client_ip(probe.local_addr()?.ip(), side.device.as_ref())?;
         drop(probe);
         let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
