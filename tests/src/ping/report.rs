@@ -245,7 +245,7 @@ impl PingReport {
         if let Some(sig) = &self.interrupted {
             let _ = writeln!(
                 s,
-                "  INTERRUPTED by {sig}: a partial report (the session stopped and disconnected)"
+                "  INTERRUPTED by {sig}: a partial report of what ran until then"
             );
         }
         let _ = match self.path_mtu {
