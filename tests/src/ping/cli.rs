@@ -26,6 +26,11 @@ pub struct PingArgs {
     /// Connect to the server's UDP socket (ip:port).
     #[arg(long, value_name = "ADDR")]
     pub connect: Option<SocketAddr>,
+    /// Client: bind this UDP socket (ip or ip:port; rping's -I), not the route's IP (on
+    /// loopback an own 127.x.y.z from the process ID) and a port the OS picks. With --seed, a
+    /// fixed ip:port repeats the identifiers.
+    #[arg(long, value_name = "ADDR", value_parser = parse_bind, conflicts_with = "listen")]
+    pub bind: Option<SocketAddr>,
     /// Iterations (client).
     #[arg(long, default_value_t = 10)]
     pub count: u32,
@@ -58,14 +63,19 @@ pub struct PingArgs {
     /// TimeWait 16 ms (Linux: ≈ 74 s, ≈ 0.5 s, 512 ms).
     #[arg(long)]
     pub fast_timers: bool,
-    /// Drop each datagram (either direction) with this probability (0..=1), seeded.
+    /// Drop each datagram (either direction) with this probability (0..=1). Each datagram's
+    /// fate is a function of --seed, its direction, its bytes and how many copies of those
+    /// bytes came before (a retransmission is decided anew): not of the order datagrams
+    /// cross the wire in.
     #[arg(long, default_value_t = 0.0)]
     pub drop_rate: f64,
     /// Seed of the identifiers a peer must not guess (the CM's comm IDs, transaction IDs and
     /// start PSNs; the RNIC's QPNs, lkeys/rkeys and MR addresses) and of the drop decisions.
-    /// Default: 8 bytes from /dev/urandom. The report prints the seed used: give it here to
-    /// repeat a run (with the same socket addresses, the same identifiers; always the same
-    /// drops).
+    /// Default: 8 bytes from /dev/urandom. The report prints the seed used. Given again with
+    /// the same options and socket addresses (server --listen, client --bind) it repeats the
+    /// identifiers, so the datagrams, and each datagram's fate; not the timing: a
+    /// retransmission or ACK a timer adds in one run only is decided on its own (README,
+    /// "Injecting faults").
     #[arg(long)]
     pub seed: Option<u64>,
     /// After this many iterations treat the peer as dead: drop every datagram to and from it.
@@ -94,6 +104,19 @@ pub struct PingArgs {
     /// With --device: the GID index (default: the RoCEv2 GID of the socket's IPv4 address).
     #[arg(long, value_name = "N", requires = "device")]
     pub gid_index: Option<u32>,
+}
+
+/// Parses `--bind`: `ip:port`, or an IP alone (port 0: any).
+///
+/// # Errors
+/// Neither a socket address nor an IP address.
+pub fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| {
+            s.parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 0))
+        })
+        .map_err(|_| format!("{s}: give an IP address or ip:port"))
 }
 
 /// Parses an MTU in bytes (256, 512, 1024, 2048, 4096).
@@ -186,7 +209,7 @@ fn run_on<N: PingNic>(
 ) -> Result<bool, PingError> {
     let (side, wire) = (side.clone(), *wire);
     if let Some(server) = a.connect {
-        let mut c = Client::<N>::bind(server, &side, &wire)?;
+        let mut c = Client::<N>::bind_at(server, a.bind, &side, &wire)?;
         let params = Params {
             op: a.op,
             count: a.count,
