@@ -10,7 +10,7 @@ use bytes::Bytes;
 use pcap_file::pcap::PcapReader;
 use pcap_file::{DataLink, TsResolution};
 use rnic_sim::roce::icrc::icrc_for_ip_udp;
-use rnic_sim::roce::pcap::{mac_for_ip, PcapWriter};
+use rnic_sim::roce::pcap::{datagram_record, mac_for_ip, PcapWriter};
 use rnic_sim::roce::{decode, encode, Bth, Deth, Flow, Opcode, Packet};
 use verbs_core::SimTime;
 
@@ -138,4 +138,35 @@ fn mac_for_ip_is_locally_administered_unicast_and_maps_ipv4_mapped_like_ipv4() {
     assert_eq!(mac_for_ip("::ffff:10.1.2.3".parse().unwrap()), v4);
     let v6 = mac_for_ip("2001:db8::a:b:c".parse().unwrap());
     assert_eq!(v6[0] & 0x03, 0x02);
+}
+
+/// `datagram_record` is exactly what `write_datagram` appends after the file header, so a
+/// file of one header and such records (each appended with one write) reads back the same.
+#[test]
+fn datagram_record_is_the_bytes_write_datagram_appends() {
+    let v4 = Flow::new(
+        SocketAddr::from(([10, 0, 0, 1], 50000)),
+        SocketAddr::from(([10, 0, 0, 2], 4791)),
+    );
+    let v6 = Flow::new(
+        "[fd00::1]:50000".parse().unwrap(),
+        "[fd00::2]:4791".parse().unwrap(),
+    );
+    let header = PcapWriter::new(Vec::new()).unwrap().into_inner();
+    let mut w = PcapWriter::new(Vec::new()).unwrap();
+    let mut appended = header.clone();
+    for (i, flow) in [v4, v6, v4].iter().enumerate() {
+        let time = SimTime::from_nanos(5_000_000_007 * (i as u64 + 1));
+        let payload = encode(&mad(), flow).unwrap();
+        w.write_datagram(time, flow, &payload).unwrap();
+        appended.extend(datagram_record(time, flow, &payload).unwrap());
+    }
+    assert_eq!(w.into_inner(), appended);
+    let mut r = PcapReader::new(&appended[..]).unwrap();
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        p.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 3);
 }

@@ -786,3 +786,6 @@ fn bench_ping_latency_and_write_throughput_vs_udp_and_qperf() {
     }
     assert!(r <= 3.0 * u, "rnic {r:.1} µs > 3 × UDP {u:.1} µs");
 }
+
+/// `--drop-rate`/`--seed` replay and `--pcap` written as it goes.
+mod ping_faults;

@@ -372,7 +372,7 @@ fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
         "127.0.0.1:0".parse().unwrap(),
         &wire,
         None,
-        false,
+        None,
     )
     .unwrap();
     let (addr, ch) = (node.local_addr(), node.channel());

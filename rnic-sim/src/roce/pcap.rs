@@ -96,34 +96,7 @@ impl<W: Write> PcapWriter<W> {
         flow: &Flow,
         udp_payload: &[u8],
     ) -> Result<(), PcapError> {
-        let mut ip_udp = flow
-            .ip_udp_header(udp_payload.len())
-            .ok_or(CodecError::TooLong(udp_payload.len()))?;
-        if ip_udp.is_ipv6() {
-            let hdr = ip_udp.as_bytes();
-            let (ip, udp) = hdr.split_at(ip_udp.ip_len());
-            let udp_len = (udp.len() + udp_payload.len()) as u32;
-            // RFC 8200 §8.1 pseudo header: src, dst, upper-layer length, zeros, next header.
-            let pseudo_tail = [&udp_len.to_be_bytes()[..], &[0, 0, 0, 17]].concat();
-            let src_dst = ip.get(8..40).unwrap_or(&[]);
-            let csum = match internet_checksum(&[src_dst, &pseudo_tail, udp, udp_payload]) {
-                0 => 0xFFFF,
-                c => c,
-            };
-            ip_udp.set_udp_checksum(csum);
-        }
-        let ethertype = if ip_udp.is_ipv6() {
-            ETHERTYPE_IPV6
-        } else {
-            ETHERTYPE_IPV4
-        };
-        let hdr = ip_udp.as_bytes();
-        let mut frame = Vec::with_capacity(ETHERNET_HEADER_BYTES + hdr.len() + udp_payload.len());
-        frame.extend_from_slice(&mac_for_ip(flow.dst.ip()));
-        frame.extend_from_slice(&mac_for_ip(flow.src.ip()));
-        frame.extend_from_slice(&ethertype.to_be_bytes());
-        frame.extend_from_slice(hdr);
-        frame.extend_from_slice(udp_payload);
+        let frame = ethernet_frame(flow, udp_payload)?;
         let len = frame.len() as u32;
         let ts = Duration::from_nanos(time.as_nanos());
         self.inner
@@ -151,4 +124,67 @@ impl<W: Write> PcapWriter<W> {
     pub fn into_inner(self) -> W {
         self.inner.into_writer()
     }
+}
+
+/// The bytes [`PcapWriter::write_datagram`] appends for this datagram: the per-packet record
+/// of pcap-savefile(5) (seconds, nanoseconds, captured and original length, big-endian, as
+/// the file header [`PcapWriter::new`] writes declares) followed by the frame. For a caller
+/// that appends each record to the file with one `write(2)`, so that a reader, or a process
+/// killed mid-capture, never leaves half a record behind.
+///
+/// Errors: [`PcapError::Codec`] ([`CodecError::TooLong`]) if the datagram does not fit the
+/// IP/UDP length fields; [`PcapError::Pcap`] if `time` is past the year 2106 (the record's
+/// seconds are 32 bits).
+pub fn datagram_record(
+    time: SimTime,
+    flow: &Flow,
+    udp_payload: &[u8],
+) -> Result<Vec<u8>, PcapError> {
+    let frame = ethernet_frame(flow, udp_payload)?;
+    let ts = Duration::from_nanos(time.as_nanos());
+    let secs = u32::try_from(ts.as_secs())
+        .map_err(|_| pcap_file::PcapError::InvalidField("PcapPacket: timestamp_secs > u32::MAX"))?;
+    let len = frame.len() as u32;
+    let mut rec = Vec::with_capacity(16 + frame.len());
+    rec.extend_from_slice(&secs.to_be_bytes());
+    rec.extend_from_slice(&ts.subsec_nanos().to_be_bytes());
+    rec.extend_from_slice(&len.to_be_bytes());
+    rec.extend_from_slice(&len.to_be_bytes());
+    rec.extend_from_slice(&frame);
+    Ok(rec)
+}
+
+/// The Ethernet frame a capture shows for a datagram of `flow` whose UDP payload is
+/// `udp_payload`: Ethernet II + IPv4/IPv6 + UDP + payload. IPv4: header checksum computed,
+/// UDP checksum 0; IPv6: UDP checksum computed (zero is not allowed there).
+fn ethernet_frame(flow: &Flow, udp_payload: &[u8]) -> Result<Vec<u8>, PcapError> {
+    let mut ip_udp = flow
+        .ip_udp_header(udp_payload.len())
+        .ok_or(CodecError::TooLong(udp_payload.len()))?;
+    if ip_udp.is_ipv6() {
+        let hdr = ip_udp.as_bytes();
+        let (ip, udp) = hdr.split_at(ip_udp.ip_len());
+        let udp_len = (udp.len() + udp_payload.len()) as u32;
+        // RFC 8200 §8.1 pseudo header: src, dst, upper-layer length, zeros, next header.
+        let pseudo_tail = [&udp_len.to_be_bytes()[..], &[0, 0, 0, 17]].concat();
+        let src_dst = ip.get(8..40).unwrap_or(&[]);
+        let csum = match internet_checksum(&[src_dst, &pseudo_tail, udp, udp_payload]) {
+            0 => 0xFFFF,
+            c => c,
+        };
+        ip_udp.set_udp_checksum(csum);
+    }
+    let ethertype = if ip_udp.is_ipv6() {
+        ETHERTYPE_IPV6
+    } else {
+        ETHERTYPE_IPV4
+    };
+    let hdr = ip_udp.as_bytes();
+    let mut frame = Vec::with_capacity(ETHERNET_HEADER_BYTES + hdr.len() + udp_payload.len());
+    frame.extend_from_slice(&mac_for_ip(flow.dst.ip()));
+    frame.extend_from_slice(&mac_for_ip(flow.src.ip()));
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(hdr);
+    frame.extend_from_slice(udp_payload);
+    Ok(frame)
 }

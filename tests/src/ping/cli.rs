@@ -30,6 +30,11 @@ pub struct PingArgs {
     /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`).
     #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub connect: Option<SocketAddr>,
+    /// Client: bind this UDP socket (ip or ip:port; rping's -I), not the route's IP (on
+    /// loopback an own 127.x.y.z from the process ID) and a port the OS picks. With --seed, a
+    /// fixed ip:port repeats the identifiers.
+    #[arg(short = 'I', long, value_name = "ADDR", value_parser = parse_bind, conflicts_with = "listen")]
+    pub bind: Option<SocketAddr>,
     /// Iterations (client; rping's -C, perftest's -n) [default: 10].
     #[arg(short = 'C', long, short_alias = 'n', conflicts_with_all = ["listen", "duration"])]
     pub count: Option<u32>,
@@ -82,14 +87,19 @@ pub struct PingArgs {
     /// TimeWait 16 ms (Linux: ≈ 74 s, ≈ 0.5 s, 512 ms).
     #[arg(long)]
     pub fast_timers: bool,
-    /// Drop each datagram (either direction) with this probability (0..=1), seeded.
+    /// Drop each datagram (either direction) with this probability (0..=1). Each datagram's
+    /// fate is a function of --seed, its direction, its bytes and how many copies of those
+    /// bytes came before (a retransmission is decided anew): not of the order datagrams
+    /// cross the wire in.
     #[arg(long, default_value_t = 0.0)]
     pub drop_rate: f64,
     /// Seed of the identifiers a peer must not guess (the CM's comm IDs, transaction IDs and
     /// start PSNs; the RNIC's QPNs, lkeys/rkeys and MR addresses) and of the drop decisions.
-    /// Default: 8 bytes from /dev/urandom. The report prints the seed used: give it here to
-    /// repeat a run (with the same socket addresses, the same identifiers; always the same
-    /// drops).
+    /// Default: 8 bytes from /dev/urandom. The report prints the seed used. Given again with
+    /// the same options and socket addresses (server --listen, client --bind) it repeats the
+    /// identifiers, so the datagrams, and each datagram's fate; not the timing: a
+    /// retransmission or ACK a timer adds in one run only is decided on its own (README,
+    /// "Injecting faults").
     #[arg(long)]
     pub seed: Option<u64>,
     /// After this many iterations treat the peer as dead: drop every datagram to and from it.
@@ -142,6 +152,19 @@ pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{s}: the name has no address"))
+}
+
+/// Parses `--bind`: `ip:port`, or an IP alone (port 0: any).
+///
+/// # Errors
+/// Neither a socket address nor an IP address.
+pub fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| {
+            s.parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 0))
+        })
+        .map_err(|_| format!("{s}: give an IP address or ip:port"))
 }
 
 /// Parses an MTU in bytes (256, 512, 1024, 2048, 4096).
@@ -322,7 +345,7 @@ fn run_on<N: PingNic>(
 ) -> Result<bool, PingError> {
     let (side, wire) = (side.clone(), *wire);
     if let (Some(server), Some(params)) = (a.connect, params) {
-        let mut c = Client::<N>::bind(server, &side, &wire)?;
+        let mut c = Client::<N>::bind_at(server, a.bind, &side, &wire)?;
         let reports = c.run_qps(server, params, a.qps.unwrap_or(1))?;
         for r in &reports {
             if r.path_mtu.is_none() {

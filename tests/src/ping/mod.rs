@@ -16,7 +16,9 @@
 //! Faults ([`wire`]) live between the UDP driver and the host: seeded loss and a dead peer.
 
 pub mod app;
+pub mod capture;
 pub mod cli;
+pub mod drops;
 pub mod endpoint;
 pub mod lobby;
 pub mod nic;
@@ -30,15 +32,14 @@ pub use node::Node;
 pub use params::{Group, Params};
 pub use report::PingReport;
 
+use capture::{CaptureSink, PcapFile};
 use cm_core::wire::RdmaPortSpace;
 use nic::PingNic;
 use rnic_hw::HwOptions;
 use rnic_sim::nic::SimNic;
-use rnic_sim::roce::pcap::PcapWriter;
 use session::Session;
-use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use verbs_core::Mtu;
 
@@ -255,31 +256,12 @@ fn validate_wire(w: &WireOptions) -> Result<(), PingError> {
     Ok(())
 }
 
-/// A pcap file that captures are appended to.
-struct PcapSink {
-    path: PathBuf,
-    w: PcapWriter<File>,
-}
-
-impl PcapSink {
-    fn create(path: &Path) -> Result<PcapSink, PingError> {
-        let f =
-            File::create(path).map_err(|e| PingError::Pcap(format!("{}: {e}", path.display())))?;
-        let w = PcapWriter::new(f).map_err(|e| PingError::Pcap(e.to_string()))?;
-        Ok(PcapSink {
-            path: path.to_path_buf(),
-            w,
-        })
-    }
-
-    fn write<N: PingNic>(&mut self, node: &Node<N>) -> Result<(), PingError> {
-        for c in node.take_capture() {
-            self.w
-                .write_datagram(c.at, &c.flow, &c.bytes)
-                .map_err(|e| PingError::Pcap(format!("{}: {e}", self.path.display())))?;
-        }
-        Ok(())
-    }
+/// The `--pcap` file of `side`, created with its header, as the fault layer's capture sink.
+fn pcap_sink(side: &SideOptions) -> Result<Option<Box<dyn CaptureSink>>, PingError> {
+    let Some(path) = side.pcap.as_deref() else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(PcapFile::create(path)?)))
 }
 
 /// A ping server: a node listening on its UDP socket's address (the rdma_cm port is the UDP
@@ -287,7 +269,6 @@ impl PcapSink {
 pub struct Server<N: PingNic = SimNic> {
     node: Node<N>,
     side: SideOptions,
-    pcap: Option<PcapSink>,
 }
 
 impl<N: PingNic> Server<N> {
@@ -302,13 +283,12 @@ impl<N: PingNic> Server<N> {
     ) -> Result<Server<N>, PingError> {
         side.validate()?;
         validate_wire(wire)?;
-        let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
         let node = Node::new(
             "sim-server",
             listen,
             wire,
             side.device.as_ref(),
-            pcap.is_some(),
+            pcap_sink(side)?,
         )?;
         let (addr, ch) = (node.local_addr(), node.channel());
         node.handle().with(|ep, _| {
@@ -321,7 +301,6 @@ impl<N: PingNic> Server<N> {
         Ok(Server {
             node,
             side: side.clone(),
-            pcap,
         })
     }
 
@@ -402,9 +381,7 @@ impl<N: PingNic> Server<N> {
         self.node
             .handle()
             .with(|ep, _| ep.inner_mut().host_mut().pin_peer(None));
-        if let Some(p) = self.pcap.as_mut() {
-            p.write(&self.node)?;
-        }
+        self.node.capture_result()?;
         Ok(reports)
     }
 
@@ -460,12 +437,44 @@ pub(crate) fn own_loopback_ip() -> IpAddr {
     IpAddr::from([127, a, (pid >> 8) as u8, pid as u8])
 }
 
+/// The local IP the OS would use to reach `server`, as the NIC `N` takes it
+/// ([`PingNic::client_ip`]).
+fn route_ip<N: PingNic>(server: SocketAddr, side: &SideOptions) -> Result<IpAddr, PingError> {
+    let probe = std::net::UdpSocket::bind(SocketAddr::new(
+        match server {
+            SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
+            SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+        },
+        0,
+    ))?;
+    probe
+        .connect(server)
+        .map_err(|e| PingError::Route(server, e))?;
+    N::client_ip(probe.local_addr()?.ip(), side.device.as_ref())
+}
+
+/// `--bind local` for a client of `server`: the same IP family, and (on the simulated RNIC,
+/// whose GID is its IP) not the server's IP.
+fn check_local(local: SocketAddr, server: SocketAddr, side: &SideOptions) -> Result<(), PingError> {
+    if local.is_ipv4() != server.is_ipv4() {
+        return Err(PingError::Options(format!(
+            "--bind {local}: not the IP family of --connect {server}"
+        )));
+    }
+    if side.device.is_none() && local.ip() == server.ip() {
+        return Err(PingError::Options(format!(
+            "--bind {local}: that is the server's IP, and each simulated RNIC's GID is its IP; \
+             give another (every 127.x.y.z is loopback on Linux)"
+        )));
+    }
+    Ok(())
+}
+
 /// A ping client: a node on a socket of the local IP that routes to the server, on the
 /// simulated RNIC or (`Client<HwNic>`) a hardware one.
 pub struct Client<N: PingNic = SimNic> {
     node: Node<N>,
     side: SideOptions,
-    pcap: Option<PcapSink>,
 }
 
 impl<N: PingNic> Client<N> {
@@ -479,6 +488,24 @@ impl<N: PingNic> Client<N> {
         side: &SideOptions,
         wire: &WireOptions,
     ) -> Result<Client<N>, PingError> {
+        Client::bind_at(server, None, side, wire)
+    }
+
+    /// [`bind`](Self::bind), on the socket `local` if given (`--bind`, rping's `-I`; port 0
+    /// for any): with a fixed address (and `--seed`) the identifiers repeat from run to run
+    /// ([`node::cm_config`]). On the simulated RNIC `local`'s IP must differ from the
+    /// server's (each RNIC's GID is its IP).
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind); [`PingError::Options`] if `local`'s IP is the server's or
+    /// its family differs; [`PingError::Bind`] if it cannot be bound (`EADDRNOTAVAIL`: not
+    /// an address of this host; `EADDRINUSE`).
+    pub fn bind_at(
+        server: SocketAddr,
+        local: Option<SocketAddr>,
+        side: &SideOptions,
+        wire: &WireOptions,
+    ) -> Result<Client<N>, PingError> {
         side.validate()?;
         validate_wire(wire)?;
         if server.ip().is_unspecified() || server.port() == 0 {
@@ -486,31 +513,24 @@ impl<N: PingNic> Client<N> {
                 "--connect {server}: give the server's address and port"
             )));
         }
-        let probe = std::net::UdpSocket::bind(SocketAddr::new(
-            match server {
-                SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
-                SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
-            },
-            0,
-        ))?;
-        probe
-            .connect(server)
-            .map_err(|e| PingError::Route(server, e))?;
-        let ip = N::client_ip(probe.local_addr()?.ip(), side.device.as_ref())?;
-        drop(probe);
-        let pcap = side.pcap.as_deref().map(PcapSink::create).transpose()?;
+        let bind = match local {
+            Some(l) => {
+                check_local(l, server, side)?;
+                l
+            }
+            None => SocketAddr::new(route_ip::<N>(server, side)?, 0),
+        };
         let node = Node::new(
             "sim-client",
-            SocketAddr::new(ip, 0),
+            bind,
             wire,
             side.device.as_ref(),
-            pcap.is_some(),
+            pcap_sink(side)?,
         )?;
         node.set_peer(server);
         Ok(Client {
             node,
             side: side.clone(),
-            pcap,
         })
     }
 
@@ -579,9 +599,7 @@ impl<N: PingNic> Client<N> {
             ));
         }
         let reports = run_sessions(sessions);
-        if let Some(p) = self.pcap.as_mut() {
-            p.write(&self.node)?;
-        }
+        self.node.capture_result()?;
         Ok(reports)
     }
 

@@ -7,7 +7,7 @@ use crate::host::Nic;
 use crate::hw_nic::HwNic;
 use rnic_hw::{EventWaiter, HwDevice, HwError, HwOptions};
 use rnic_sim::fabric::udp::UdpHandle;
-use rnic_sim::nic::{Captured, NicCounters, SimNic};
+use rnic_sim::nic::{NicCounters, SimNic};
 use rnic_sim::{SimDevice, SimDeviceConfig};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,17 +38,11 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// [`PingError::Hardware`] when the device cannot be opened.
     fn client_ip(route_ip: IpAddr, device: Option<&HwOptions>) -> Result<IpAddr, PingError>;
 
-    /// Records every datagram from now on (`--pcap`).
-    fn start_capture(&mut self);
-
     /// Limits each RC QP's packets in flight to `bytes` (the simulated RNIC's
     /// [`SimDevice::set_max_unacked_bytes`](rnic_sim::SimDevice::set_max_unacked_bytes)),
     /// sized from the socket's receive buffer. A hardware RNIC has its own flow control:
     /// nothing to do.
     fn set_window_bytes(&mut self, _bytes: u64) {}
-
-    /// The datagrams recorded since the last call.
-    fn take_capture(&mut self) -> Vec<Captured>;
 
     /// Datagrams sent and received on the node's socket.
     fn datagram_counters(&self) -> NicCounters;
@@ -116,16 +110,8 @@ impl PingNic for SimNic {
         })
     }
 
-    fn start_capture(&mut self) {
-        SimNic::start_capture(self)
-    }
-
     fn set_window_bytes(&mut self, bytes: u64) {
         self.device_mut().set_max_unacked_bytes(bytes);
-    }
-
-    fn take_capture(&mut self) -> Vec<Captured> {
-        SimNic::take_capture(self)
     }
 
     fn datagram_counters(&self) -> NicCounters {
@@ -153,7 +139,6 @@ impl PingNic for SimNic {
                 self.datagram_counters().rx_foreign_socket,
             ),
             ("nic.peers_evicted", self.peers().evicted()),
-            ("pcap.not_captured", self.not_captured()),
             ("rnic.malformed", c.malformed),
             ("rnic.bad_pkey", c.bad_pkey),
             ("rnic.unknown_qp", c.unknown_qp),
@@ -211,14 +196,6 @@ impl PingNic for HwNic {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    fn start_capture(&mut self) {
-        HwNic::start_capture(self)
-    }
-
-    fn take_capture(&mut self) -> Vec<Captured> {
-        HwNic::take_capture(self)
     }
 
     fn datagram_counters(&self) -> NicCounters {

@@ -3,6 +3,7 @@
 //! [`Session`](super::session::Session) runs a connection on. A server's node serves one
 //! session after another.
 
+use super::capture::CaptureSink;
 use super::endpoint::PingHost;
 use super::lobby::{Candidate, Ctx, Lobby, Refusal};
 use super::nic::{DeviceWaker, PingNic};
@@ -16,7 +17,7 @@ use rnic_hw::HwOptions;
 use rnic_sim::fabric::udp::{
     size_socket_buffers, SpawnedUdpDriver, UdpDriver, UdpHandle, SOCKET_BUFFER_BYTES,
 };
-use rnic_sim::nic::{Captured, SimNic};
+use rnic_sim::nic::SimNic;
 use rnic_sim::rng::Rng;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -108,7 +109,8 @@ pub struct Node<N: PingNic = SimNic> {
 impl<N: PingNic> Node<N> {
     /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
     /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
-    /// learned from the wire ([`Host::set_learn_peers`]).
+    /// learned from the wire ([`Host::set_learn_peers`]). `capture` records every datagram as
+    /// it crosses the fault layer (`--pcap`, [`FaultyEndpoint::set_capture`]).
     ///
     /// # Errors
     /// [`PingError::Io`] if the socket cannot be bound; [`PingError::Verbs`] from the device;
@@ -118,7 +120,7 @@ impl<N: PingNic> Node<N> {
         bind: SocketAddr,
         wire: &WireOptions,
         device: Option<&HwOptions>,
-        capture: bool,
+        capture: Option<Box<dyn CaptureSink>>,
     ) -> Result<Node<N>, PingError> {
         if bind.ip().is_unspecified() {
             return Err(PingError::Options(format!(
@@ -141,9 +143,6 @@ impl<N: PingNic> Node<N> {
         }
         let mut nic = N::open(name, addr, wire, device)?;
         nic.set_window_bytes(buffers.rc_window_bytes());
-        if capture {
-            nic.start_capture();
-        }
         let pd = nic.device_mut().alloc_pd()?;
         let waiter = nic.event_waiter()?;
         let described = nic.describe();
@@ -154,10 +153,13 @@ impl<N: PingNic> Node<N> {
         let mut host = Host::new(nic, cfg)?;
         host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
-        // The drops depend on the seed alone (not on the socket, as the identifiers do), so
-        // that `--seed S` repeats them.
+        // The drop decisions depend on the seed and each datagram ([`super::drops`]), not on
+        // the socket as the identifiers do.
         let drop_seed = Rng::new(wire.seed).fork(DROP_SEED_STREAM).key();
-        let ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, drop_seed);
+        let mut ep = FaultyEndpoint::new(PingHost::new(host), wire.drop_rate, drop_seed);
+        if let Some(sink) = capture {
+            ep.set_capture(sink);
+        }
         let driver = UdpDriver::spawn(ep, socket)?;
         // The application waits for completions (through the CQs' channel) and CM events
         // only: ACKs and other traffic do not wake it.
@@ -258,10 +260,18 @@ impl<N: PingNic> Node<N> {
         });
     }
 
-    /// The datagrams captured since the last call (empty without `--pcap`).
-    pub fn take_capture(&self) -> Vec<Captured> {
-        self.handle()
-            .with(|ep, _| ep.inner_mut().host_mut().nic_mut().take_capture())
+    /// Whether the capture (`--pcap`) failed to write, and why (the file and the OS error).
+    ///
+    /// # Errors
+    /// [`PingError::Pcap`] with the first write error: the capture stopped there.
+    pub fn capture_result(&self) -> Result<(), PingError> {
+        match self
+            .handle()
+            .with(|ep, _| ep.capture().and_then(|c| c.error()))
+        {
+            Some(e) => Err(PingError::Pcap(e)),
+            None => Ok(()),
+        }
     }
 
     /// Makes this node a server's: from now on, requests of waiting clients go to a
@@ -497,7 +507,12 @@ fn wire_counters<N: PingNic>(node: &Node<N>) -> WireRecord {
             send_calls: udp.send_calls,
             recv_calls: udp.recv_calls,
             rc_timeouts: host.nic().rc_timeouts(),
-            drops: drop_counters(host.cm().counters(), host.nic(), node),
+            drops: drop_counters(
+                host.cm().counters(),
+                host.nic(),
+                node,
+                ep.capture().map_or(0, |c| c.not_written()),
+            ),
         }
     })
 }
@@ -508,6 +523,7 @@ fn drop_counters<N: PingNic>(
     c: &cm_core::engine::CmCounters,
     nic: &N,
     node: &Node<N>,
+    capture_not_written: u64,
 ) -> std::collections::BTreeMap<String, u64> {
     let cm = [
         ("cm.rx_malformed", c.rx_malformed),
@@ -524,6 +540,7 @@ fn drop_counters<N: PingNic>(
     cm.into_iter()
         .chain(nic.drop_counters())
         .chain([
+            ("pcap.not_written", capture_not_written),
             ("ping.clients_refused", node.refused()),
             ("ping.handshakes_evicted", node.evicted()),
         ])
