@@ -278,7 +278,7 @@ impl Cma {
         let r = self.rec(id)?;
         r.bound = !addr.ip().is_unspecified();
         r.src = Some(local);
-        r.state = RdmaCmState::AddrBound;
+        r.set_state(id, RdmaCmState::AddrBound);
         Ok(())
     }
 
@@ -304,7 +304,7 @@ impl Cma {
         r.src = Some(local);
         r.dst = Some(dst);
         r.bound = true;
-        r.state = RdmaCmState::AddrQuery;
+        r.set_state(id, RdmaCmState::AddrQuery);
         self.deliver(
             id,
             CmEventType::AddrResolved,
@@ -324,7 +324,7 @@ impl Cma {
         if r.state != RdmaCmState::AddrResolved {
             return Err(inval("rdma_resolve_route: address not resolved"));
         }
-        r.state = RdmaCmState::RouteQuery;
+        r.set_state(id, RdmaCmState::RouteQuery);
         self.deliver(
             id,
             CmEventType::RouteResolved,
@@ -379,7 +379,7 @@ impl Cma {
         };
         self.engine.send_req(now, IbCmId(id.0), &req)?;
         let r = self.rec(id)?;
-        r.state = RdmaCmState::Connect;
+        r.set_state(id, RdmaCmState::Connect);
         r.has_cm_id = true;
         self.flush(gsi, now);
         Ok(())
@@ -414,7 +414,7 @@ impl Cma {
         let sid = ip_service_id(r.ps, src.port());
         self.engine.listen(IbCmId(id.0), sid, backlog)?;
         let r = self.rec(id)?;
-        r.state = RdmaCmState::Listen;
+        r.set_state(id, RdmaCmState::Listen);
         r.has_cm_id = true;
         Ok(())
     }

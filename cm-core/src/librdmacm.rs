@@ -85,6 +85,14 @@ fn inval(what: &str) -> Error {
     Error::inval(what.to_string())
 }
 
+/// The span of one call on `id` (`cm_id`, level DEBUG, with the id's QP number once it has a
+/// QP): the QP transitions librdmacm makes, the MADs the call sends and the state changes it
+/// causes are logged inside it.
+fn span(ids: &BTreeMap<CmIdHandle, UserId>, id: CmIdHandle) -> tracing::span::EnteredSpan {
+    let qpn = || ids.get(&id).and_then(|u| u.qp).map(|q| q.qp_num);
+    tracing::debug_span!("cm_id", id = id.0, qpn = qpn()).entered()
+}
+
 /// `ibv_modify_qp` of the id's QP, if it has one (librdmacm's `if (!id->qp) return 0`).
 fn modify(dev: &mut dyn CmDevice, qp: Option<Qp>, action: &QpAction) -> Result<(), Error> {
     match qp {
@@ -225,6 +233,7 @@ impl RdmaCm {
         src: Option<SocketAddr>,
         dst: SocketAddr,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         self.cma.resolve_addr(id, src, dst)
     }
 
@@ -233,6 +242,7 @@ impl RdmaCm {
     /// # Errors
     /// `EINVAL` unless ADDR_RESOLVED.
     pub fn resolve_route(&mut self, id: CmIdHandle) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         self.cma.resolve_route(id)
     }
 
@@ -250,6 +260,7 @@ impl RdmaCm {
         pd: PdHandle,
         init: &QpInitAttr,
     ) -> Result<Qp, Error> {
+        let _span = span(&self.ids, id);
         let bound = self.cma.is_bound(id) == Some(true);
         let u = self.user(id)?;
         if !bound || u.qp.is_some() {
@@ -299,6 +310,7 @@ impl RdmaCm {
         id: CmIdHandle,
         param: &ConnParam,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         let qp_num = self.qp(id).map_or(param.qp_num, |q| q.qp_num);
         self.cma.connect(dev, now, id, param, qp_num)
     }
@@ -310,6 +322,7 @@ impl RdmaCm {
     /// # Errors
     /// `EINVAL` unless ADDR_BOUND; `EBUSY` when the port already has a listener.
     pub fn listen(&mut self, id: CmIdHandle, backlog: u32) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         self.cma.listen(id, backlog)
     }
 
@@ -331,6 +344,7 @@ impl RdmaCm {
         id: CmIdHandle,
         param: &ConnParam,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         match self.cma.state(id) {
             Some(RdmaCmState::Connect) => {}
             // librdmacm's first kernel call (INIT_QP_ATTR or ACCEPT) meets the closed id.
@@ -377,6 +391,7 @@ impl RdmaCm {
         id: CmIdHandle,
         private_data: &[u8],
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         self.cma.reject(dev, now, id, private_data)
     }
 
@@ -397,6 +412,7 @@ impl RdmaCm {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         match self.cma.ib_cm_state(id) {
             Some(IbCmState::RepRcvd | IbCmState::MraRepSent) => {
                 if self.qp(id).is_some() {
@@ -431,6 +447,7 @@ impl RdmaCm {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         self.cma.notify(dev, now, id)
     }
 
@@ -460,6 +477,7 @@ impl RdmaCm {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         match self.cma.is_bound(id) {
             None => return Err(inval("unknown rdma_cm id")),
             Some(false) => return Err(inval("rdma_disconnect: id not bound to a device")),
@@ -485,6 +503,7 @@ impl RdmaCm {
         now: SimTime,
         id: CmIdHandle,
     ) -> Result<(), Error> {
+        let _span = span(&self.ids, id);
         // librdmacm acks `id->event` (a synchronous call's event) itself.
         if let Some(ev) = self.user(id)?.event.take() {
             let _ = self.ack_cm_event(ev);
@@ -533,6 +552,7 @@ impl RdmaCm {
             if !self.cma.contains(id) {
                 continue; // a child already destroyed with its listener
             }
+            let _span = span(&self.ids, id);
             if self.cma.destroy_id(dev, now, id).is_ok() {
                 n += 1;
             }
@@ -559,10 +579,17 @@ impl RdmaCm {
         use CmEventType as E;
         loop {
             let mut ev = self.cma.get_event(channel)?;
+            let _span = span(&self.ids, ev.id);
             let u = self.ids.entry(ev.id).or_default();
             let (qp, connect_error) = (u.qp, u.connect_error);
             match ev.event {
-                E::Rejected | E::Disconnected if connect_error => continue,
+                E::Rejected | E::Disconnected if connect_error => {
+                    tracing::debug!(
+                        event = %ev.event.name(),
+                        "rdma_get_cm_event: swallowed after CONNECT_ERROR (librdmacm)"
+                    );
+                    continue;
+                }
                 E::Rejected => {
                     // Its error (e.g. a QP in RESET) is ignored, as librdmacm ignores it.
                     let _ = modify(dev, qp, &QpAction::Err);
@@ -602,6 +629,7 @@ impl RdmaCm {
                 .or_default()
                 .unacked
                 .insert(ev.seq, ev.event);
+            tracing::debug!(event = %ev.event.name(), status = ev.status, "rdma_get_cm_event");
             return Ok(ev);
         }
     }

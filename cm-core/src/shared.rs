@@ -55,6 +55,58 @@ pub enum CmEventType {
     Internal = 19,
 }
 
+impl RdmaCmState {
+    /// The state's name without its `RDMA_CM_` prefix (`enum rdma_cm_state`,
+    /// `drivers/infiniband/core/cma_priv.h`), e.g. `"ROUTE_RESOLVED"`, `"DISCONNECT"`.
+    pub const fn name(self) -> &'static str {
+        use RdmaCmState as S;
+        match self {
+            S::Idle => "IDLE",
+            S::AddrQuery => "ADDR_QUERY",
+            S::AddrResolved => "ADDR_RESOLVED",
+            S::RouteQuery => "ROUTE_QUERY",
+            S::RouteResolved => "ROUTE_RESOLVED",
+            S::Connect => "CONNECT",
+            S::Disconnect => "DISCONNECT",
+            S::AddrBound => "ADDR_BOUND",
+            S::Listen => "LISTEN",
+            S::DeviceRemoval => "DEVICE_REMOVAL",
+            S::Destroying => "DESTROYING",
+        }
+    }
+}
+
+impl CmEventType {
+    /// The event's name as the kernel's rdma_cm tracepoints print it (`rdma_show_cm_event`,
+    /// `include/trace/misc/rdma.h`): `rdma_event_str()`'s text without its `RDMA_CM_EVENT_`
+    /// prefix, e.g. `"ESTABLISHED"`, `"TIMEWAIT_EXIT"`.
+    pub const fn name(self) -> &'static str {
+        use CmEventType as E;
+        match self {
+            E::AddrResolved => "ADDR_RESOLVED",
+            E::AddrError => "ADDR_ERROR",
+            E::RouteResolved => "ROUTE_RESOLVED",
+            E::RouteError => "ROUTE_ERROR",
+            E::ConnectRequest => "CONNECT_REQUEST",
+            E::ConnectResponse => "CONNECT_RESPONSE",
+            E::ConnectError => "CONNECT_ERROR",
+            E::Unreachable => "UNREACHABLE",
+            E::Rejected => "REJECTED",
+            E::Established => "ESTABLISHED",
+            E::Disconnected => "DISCONNECTED",
+            E::DeviceRemoval => "DEVICE_REMOVAL",
+            E::MulticastJoin => "MULTICAST_JOIN",
+            E::MulticastError => "MULTICAST_ERROR",
+            E::AddrChange => "ADDR_CHANGE",
+            E::TimewaitExit => "TIMEWAIT_EXIT",
+            E::AddrinfoResolved => "ADDRINFO_RESOLVED",
+            E::AddrinfoError => "ADDRINFO_ERROR",
+            E::User => "USER",
+            E::Internal => "INTERNAL",
+        }
+    }
+}
+
 /// An rdma_cm id (`struct rdma_cm_id *`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CmIdHandle(pub u32);

@@ -15,6 +15,7 @@ mod device;
 mod gather;
 mod gsi;
 mod ids;
+mod log;
 mod memory;
 mod mr;
 mod psn;

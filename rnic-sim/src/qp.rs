@@ -263,6 +263,7 @@ impl SimQp {
             }
             wc
         } else {
+            crate::log::completion_error(self.qpn, w.wr.wr_id, status, "send");
             sh.error_wc(w.wr.wr_id, status, self.qpn, WcQueue::Send)
         };
         self.complete(sh, self.init.send_cq, wc, false);
@@ -271,6 +272,7 @@ impl SimQp {
     /// Completes the head receive WQE with an error status and removes it.
     pub fn fail_recv_head(&mut self, sh: &mut Shared, status: WcStatus) {
         if let Some(r) = self.rq.pop_front() {
+            crate::log::completion_error(self.qpn, r.wr_id, status, "recv");
             let wc = sh.error_wc(r.wr_id, status, self.qpn, WcQueue::Recv);
             self.complete(sh, self.init.recv_cq, wc, true);
         }
@@ -292,6 +294,7 @@ impl SimQp {
     /// right after.
     pub fn enter_err(&mut self, sh: &mut Shared) {
         self.flush_pending_ack(sh);
+        crate::log::entered_err(self.qpn, self.state(), self.sq.len(), self.rq.len());
         self.attr.qp_state = QpState::Err;
         sh.entered_err.insert(self.qpn);
         while let Some(w) = self.sq.pop_front() {
@@ -330,10 +333,12 @@ impl SimQp {
             return false;
         };
         if fired {
-            sh.events.push_back(AsyncEvent {
+            let e = AsyncEvent {
                 event_type: AsyncEventType::SrqLimitReached,
                 element: AsyncElement::Srq(h),
-            });
+            };
+            crate::log::async_event(&e);
+            sh.events.push_back(e);
         }
         self.rq.push_back(wr);
         true
@@ -362,6 +367,9 @@ impl SimQp {
         self.sq.clear();
         self.rq.clear();
         self.clear_transport();
+        if self.state() != QpState::Reset {
+            crate::log::qp_state(self.qpn, self.state(), QpState::Reset);
+        }
         self.attr.qp_state = QpState::Reset;
         self.comm_est_raised = false;
         self.fatal_raised = false;

@@ -789,3 +789,6 @@ fn bench_ping_latency_and_write_throughput_vs_udp_and_qperf() {
 
 /// `--drop-rate`/`--seed` replay and `--pcap` written as it goes.
 mod ping_faults;
+
+/// `rnic -v ping`: the debug log tells the story of a connection.
+mod ping_log;

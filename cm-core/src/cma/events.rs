@@ -84,6 +84,11 @@ impl Cma {
         // destroy, cm-spec §2.10).
         let hdr = IpCmHeader::split(&info.private_data);
         let (Some((channel, ps)), Ok((hdr, user))) = (listener, hdr) else {
+            tracing::debug!(
+                id = ib.0,
+                listen_id = listen.0,
+                "REQ refused: the listener is gone or the REQ has no valid IP-CM header"
+            );
             self.engine.release_backlog(info.listen_id);
             self.engine.destroy_id(now, ib);
             return;
@@ -91,7 +96,7 @@ impl Cma {
         let port = parse_ip_service_id(info.service_id).map_or(0, |(_, p)| p);
         let id = CmIdHandle(ib.0);
         let mut rec = KernelId::new(channel, ps);
-        rec.state = RdmaCmState::Connect;
+        rec.set_state(id, RdmaCmState::Connect);
         rec.bound = true;
         rec.has_cm_id = true;
         rec.src = Some(SocketAddr::new(hdr.dst_addr, port));
@@ -144,6 +149,13 @@ impl Cma {
     ) {
         use CmEventType as E;
         if !self.gate(id, event) {
+            tracing::debug!(
+                id = id.0,
+                event = %event.name(),
+                status,
+                state = ?self.ids.get(&id).map(|r| r.state.name()),
+                "rdma_cm event not raised in this state"
+            );
             return;
         }
         let seq = self.next_seq;
@@ -152,11 +164,12 @@ impl Cma {
             return;
         };
         match event {
-            E::AddrResolved => r.state = RdmaCmState::AddrResolved,
-            E::RouteResolved => r.state = RdmaCmState::RouteResolved,
-            E::Disconnected => r.state = RdmaCmState::Disconnect,
+            E::AddrResolved => r.set_state(id, RdmaCmState::AddrResolved),
+            E::RouteResolved => r.set_state(id, RdmaCmState::RouteResolved),
+            E::Disconnected => r.set_state(id, RdmaCmState::Disconnect),
             _ => {}
         }
+        tracing::debug!(id = id.0, event = %event.name(), status, "rdma_cm event queued");
         let ev = CmEvent {
             event,
             id,
@@ -168,5 +181,20 @@ impl Cma {
         if let Some(q) = self.channels.get_mut(&r.channel) {
             q.push_back(ev);
         }
+    }
+}
+
+impl KernelId {
+    /// Moves the id to `to` (`enum rdma_cm_state`), logging the change.
+    pub(super) fn set_state(&mut self, id: CmIdHandle, to: RdmaCmState) {
+        if self.state != to {
+            tracing::debug!(
+                id = id.0,
+                from = %self.state.name(),
+                state = %to.name(),
+                "rdma_cm state"
+            );
+        }
+        self.state = to;
     }
 }

@@ -53,7 +53,7 @@ impl Cma {
             .collect();
         for &id in &attached {
             if let Some(r) = self.ids.get_mut(&id) {
-                r.state = RdmaCmState::DeviceRemoval;
+                r.set_state(id, RdmaCmState::DeviceRemoval);
                 r.removed = true;
             }
             self.deliver(

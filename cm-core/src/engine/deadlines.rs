@@ -109,6 +109,10 @@ impl CmEngine {
         if waiting && c.request_expires.is_some_and(|t| t <= now) {
             c.request_expires = None;
             let ari = c.remote_ca_guid.to_be_bytes().to_vec();
+            tracing::debug!(
+                id = id.0,
+                "passive request expired unanswered (as REJ 4 timeout)"
+            );
             self.counters.requests_expired += 1;
             self.reset_to_idle(id);
             let reason = RejectReason::Timeout.into();
@@ -126,7 +130,7 @@ impl CmEngine {
         if c.timewait_at.is_some_and(|t| t <= now) {
             c.timewait_at = None;
             if c.state == IbCmState::Timewait {
-                c.state = IbCmState::Idle;
+                c.set_state(id, IbCmState::Idle);
                 self.event(id, IbCmEventKind::TimewaitExit);
             }
             return;
@@ -141,11 +145,12 @@ impl CmEngine {
             p.retries_left -= 1;
             p.sends += 1;
             p.deadline = now.plus_nanos(backoff.timeout_ms(p.timeout_ms, p.sends) * 1_000_000);
-            let (dst, mad) = (p.dst, p.mad);
+            let (dst, mad, sends) = (p.dst, p.mad, p.sends);
             self.counters.tx_retransmits += 1;
-            self.queue(dst, mad);
+            self.queue_send(dst, mad, sends);
             return;
         }
+        log::gave_up(id, &p.mad, p.sends);
         c.pending = None;
         self.counters.tx_timeouts += 1;
         match c.state {

@@ -425,6 +425,7 @@ macro_rules! conn_mut {
 // The handlers of received MADs and the API commands that send one (after `conn_mut!`,
 // which they use).
 mod deadlines;
+mod log;
 mod receive;
 mod removal;
 mod send;
@@ -597,7 +598,7 @@ impl CmEngine {
         if c.state != IbCmState::Idle {
             return Err(wrong_state("listen", c.state));
         }
-        c.state = IbCmState::Listen;
+        c.set_state(id, IbCmState::Listen);
         c.listener = Some(Listener {
             service_id,
             backlog: backlog.max(1),
@@ -629,6 +630,12 @@ impl CmEngine {
     }
 
     fn queue(&mut self, dst: Gid, mad: [u8; MAD_SIZE]) {
+        self.queue_send(dst, mad, 1);
+    }
+
+    /// Queues send number `send` of a MAD (1: the first; more: a retransmission).
+    fn queue_send(&mut self, dst: Gid, mad: [u8; MAD_SIZE], send: u32) {
+        log::mad_sent(dst, &mad, send);
         self.counters.tx_mads += 1;
         self.transmit.push_back((dst, mad));
     }
@@ -651,6 +658,7 @@ impl CmEngine {
     }
 
     fn event(&mut self, id: IbCmId, kind: IbCmEventKind) {
+        log::event(id, &kind);
         self.events.push_back(IbCmEvent { id, kind });
     }
 
@@ -679,7 +687,7 @@ impl CmEngine {
         if let Some(c) = conn_mut!(self, id) {
             c.pending = None;
             c.timewait_at = None;
-            c.state = IbCmState::Idle;
+            c.set_state(id, IbCmState::Idle);
         }
     }
 
@@ -689,7 +697,7 @@ impl CmEngine {
         self.remove_from_tables(id);
         if let Some(c) = conn_mut!(self, id) {
             c.pending = None;
-            c.state = IbCmState::Timewait;
+            c.set_state(id, IbCmState::Timewait);
             c.timewait_at = Some(now.plus_nanos(cm_convert_to_ms(c.av_timeout) * 1_000_000));
         }
     }
@@ -704,6 +712,7 @@ impl CmEngine {
         let Some(state) = self.state(id) else {
             return;
         };
+        tracing::debug!(id = id.0, state = %state.name(), "IB CM id destroyed");
         match state {
             S::ReqSent | S::MraReqRcvd => {
                 let ari = self.cfg.ca_guid.to_be_bytes();

@@ -11,10 +11,15 @@ impl CmEngine {
     /// otherwise): a difference from Linux, which matches on the comm IDs alone.
     pub fn handle_datagram(&mut self, now: SimTime, src: Gid, mad: &[u8]) {
         self.counters.rx_mads += 1;
-        let Ok((hdr, msg)) = wire::decode(mad) else {
-            self.counters.rx_malformed += 1;
-            return;
+        let (hdr, msg) = match wire::decode(mad) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(peer = %src.to_ip(), error = %e, "MAD dropped: malformed");
+                self.counters.rx_malformed += 1;
+                return;
+            }
         };
+        log::mad_received(src, mad);
         let tid = hdr.transaction_id;
         match msg {
             CmMessage::Req(m) => self.on_req(now, src, tid, m),
@@ -24,7 +29,10 @@ impl CmEngine {
             CmMessage::Rtu(m) => self.on_rtu(src, m),
             CmMessage::Dreq(m) => self.on_dreq(src, tid, m),
             CmMessage::Drep(m) => self.on_drep(now, src, m),
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => self.counters.rx_unsupported += 1,
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
+                log::mad_dropped("SIDR", "rx_unsupported: SIDR is not implemented");
+                self.counters.rx_unsupported += 1;
+            }
         }
     }
 
@@ -40,8 +48,16 @@ impl CmEngine {
     /// disconnect it from anywhere; here the sender's address must also be the peer's (the
     /// address the REQ went to, or came from).
     fn sent_by_peer(&mut self, id: IbCmId, src: Gid) -> bool {
-        let ok = self.conns.get(&id).is_some_and(|c| c.remote_gid == src);
+        let peer = self.conns.get(&id).map(|c| c.remote_gid);
+        let ok = peer == Some(src);
         if !ok {
+            tracing::debug!(
+                id = id.0,
+                peer = %src.to_ip(),
+                expected = ?peer.map(Gid::to_ip),
+                why = %"rx_wrong_source: not from the connection's peer",
+                "MAD dropped"
+            );
             self.counters.rx_wrong_source += 1;
         }
         ok
@@ -80,6 +96,7 @@ impl CmEngine {
     fn on_req(&mut self, now: SimTime, src: Gid, tid: u64, r: Req) {
         let guid = r.local_ca_guid;
         if let Some(&dup) = self.remote_ids.get(&(guid, r.local_comm_id)) {
+            log::mad_dropped("REQ", "rx_duplicates: a REQ already received");
             self.counters.rx_duplicates += 1;
             self.dup_req(now, dup, src, tid, &r);
             return;
@@ -91,6 +108,7 @@ impl CmEngine {
             if !self.sent_by_peer(old, src) {
                 return;
             }
+            log::mad_dropped("REQ", "rx_stale: its QPN is a live connection's (REJ 10)");
             self.counters.rx_stale += 1;
             self.issue_rej(
                 src,
@@ -104,6 +122,10 @@ impl CmEngine {
             return;
         }
         let Some(&listen_id) = self.listeners.get(&r.service_id) else {
+            log::mad_dropped(
+                "REQ",
+                "rx_no_listener: no listener on its service ID (REJ 8)",
+            );
             self.counters.rx_no_listener += 1;
             self.issue_rej(
                 src,
@@ -129,6 +151,10 @@ impl CmEngine {
             });
         if full {
             // ucma's handler fails with -ENOMEM: the REQ is dropped without REJ (§4.2).
+            log::mad_dropped(
+                "REQ",
+                "rx_backlog_full: the listener's backlog is full (no REJ)",
+            );
             self.counters.rx_backlog_full += 1;
             return;
         }
@@ -139,7 +165,6 @@ impl CmEngine {
         // none back (Linux cm_req_handler: `path_mtu = cm_req_get_path_mtu(req_msg)`).
         let path_mtu = Mtu::from_raw(r.path_packet_payload_mtu).unwrap_or(self.cfg.path_mtu);
         if let Some(c) = conn_mut!(self, id) {
-            c.state = IbCmState::ReqRcvd;
             c.remote_comm_id = r.local_comm_id;
             c.remote_ca_guid = guid;
             c.remote_qpn = r.local_qpn;
@@ -164,6 +189,7 @@ impl CmEngine {
             c.listen_id = Some(listen_id);
             c.request_expires = Some(expires);
             c.in_tables = true;
+            c.set_state(id, IbCmState::ReqRcvd);
         }
         self.remote_ids.insert((guid, r.local_comm_id), id);
         self.remote_qpns.insert((guid, r.local_qpn), id);
@@ -185,7 +211,7 @@ impl CmEngine {
         // rdma_cm arms a delayed MRA right after REQ_RECEIVED (cm-spec §4.2): nothing on the
         // wire until a duplicate REQ arrives.
         if let Some(c) = conn_mut!(self, id) {
-            c.state = IbCmState::MraReqSent;
+            c.set_state(id, IbCmState::MraReqSent);
         }
     }
 
@@ -241,10 +267,12 @@ impl CmEngine {
         }
         let guid = p.local_ca_guid;
         if self.remote_ids.contains_key(&(guid, p.local_comm_id)) {
+            log::mad_dropped("REP", "rx_duplicates: its comm ID is a known connection's");
             self.counters.rx_duplicates += 1;
             return;
         }
         if let Some(&old) = self.remote_qpns.get(&(guid, p.local_qpn)) {
+            log::mad_dropped("REP", "rx_stale: its QPN is a live connection's (REJ 10)");
             self.counters.rx_stale += 1;
             self.issue_rej(
                 src,
@@ -268,7 +296,7 @@ impl CmEngine {
             c.av_timeout = cm_ack_timeout(p.target_ack_delay, c.av_timeout.saturating_sub(1));
             c.pending = None;
             c.in_tables = true;
-            c.state = IbCmState::RepRcvd;
+            c.set_state(id, IbCmState::RepRcvd);
         }
         self.remote_ids.insert((guid, p.local_comm_id), id);
         self.remote_qpns.insert((guid, p.local_qpn), id);
@@ -288,9 +316,11 @@ impl CmEngine {
     /// `cm_dup_rep_handler`: ESTABLISHED → resend RTU; MRA_REP_SENT → resend MRA; else drop.
     fn dup_rep(&mut self, src: Gid, p: &Rep) {
         let Some(id) = self.lookup(p.remote_comm_id, p.local_comm_id) else {
+            log::mad_dropped("REP", "rx_unmatched: no id has these comm IDs");
             self.counters.rx_unmatched += 1;
             return;
         };
+        log::mad_dropped("REP", "rx_duplicates: a REP already received");
         self.counters.rx_duplicates += 1;
         let Some(c) = self.conns.get(&id) else {
             return;
@@ -313,6 +343,7 @@ impl CmEngine {
 
     fn on_rtu(&mut self, src: Gid, m: Rtu) {
         let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
+            log::mad_dropped("RTU", "rx_unmatched: no id has these comm IDs");
             self.counters.rx_unmatched += 1;
             return;
         };
@@ -323,11 +354,12 @@ impl CmEngine {
             return;
         };
         if !matches!(c.state, IbCmState::RepSent | IbCmState::MraRepRcvd) {
+            log::mad_dropped("RTU", "rx_duplicates: not waiting for an RTU");
             self.counters.rx_duplicates += 1;
             return;
         }
         c.pending = None;
-        c.state = IbCmState::Established;
+        c.set_state(id, IbCmState::Established);
         self.event(id, IbCmEventKind::RtuReceived(m.private_data));
     }
 
@@ -337,6 +369,7 @@ impl CmEngine {
             _ => self.lookup(m.remote_comm_id, m.local_comm_id),
         };
         let Some(id) = found else {
+            log::mad_dropped("MRA", "rx_unmatched: no id has these comm IDs");
             self.counters.rx_unmatched += 1;
             return;
         };
@@ -350,10 +383,12 @@ impl CmEngine {
             (IbCmState::ReqSent, CmMsgResponse::Req) => IbCmState::MraReqRcvd,
             (IbCmState::RepSent, CmMsgResponse::Rep) => IbCmState::MraRepRcvd,
             (IbCmState::MraReqRcvd | IbCmState::MraRepRcvd, _) => {
+                log::mad_dropped("MRA", "rx_duplicates: an MRA already received");
                 self.counters.rx_duplicates += 1;
                 return;
             }
             _ => {
+                log::mad_dropped("MRA", "rx_wrong_state: nothing of ours to MRA");
                 self.counters.rx_wrong_state += 1;
                 return;
             }
@@ -363,7 +398,7 @@ impl CmEngine {
         if let Some(p) = c.pending.as_mut() {
             p.deadline = now.plus_nanos(extra * 1_000_000);
         }
-        c.state = next;
+        c.set_state(id, next);
         self.event(id, IbCmEventKind::MraReceived);
     }
 
@@ -383,6 +418,7 @@ impl CmEngine {
             self.lookup(m.remote_comm_id, m.local_comm_id)
         };
         let Some(id) = found else {
+            log::mad_dropped("REJ", "rx_unmatched: no id has these comm IDs");
             self.counters.rx_unmatched += 1;
             return;
         };
@@ -410,6 +446,7 @@ impl CmEngine {
                 self.enter_timewait(now, id)
             }
             _ => {
+                log::mad_dropped("REJ", "rx_wrong_state: nothing to reject in this state");
                 self.counters.rx_wrong_state += 1;
                 return;
             }
@@ -428,6 +465,7 @@ impl CmEngine {
         use IbCmState as S;
         let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
             // cm_issue_drep: answer anyway, IDs swapped, TID copied (cm-spec §3.3).
+            log::mad_dropped("DREQ", "rx_dreq_unknown: no such connection (DREP sent)");
             self.counters.rx_dreq_unknown += 1;
             let drep = CmMessage::Drep(Drep {
                 local_comm_id: m.remote_comm_id,
@@ -446,12 +484,17 @@ impl CmEngine {
             return;
         };
         if c.local_qpn != m.remote_qpn_eecn {
+            log::mad_dropped(
+                "DREQ",
+                "rx_wrong_qpn: its Remote QPN is not the connection's",
+            );
             self.counters.rx_wrong_qpn += 1;
             return;
         }
         match c.state {
             S::RepSent | S::DreqSent | S::MraRepRcvd | S::Established => c.pending = None,
             S::Timewait => {
+                log::mad_dropped("DREQ", "rx_duplicates: in TIMEWAIT (DREP sent again)");
                 self.counters.rx_duplicates += 1;
                 let msg = Self::drep_msg(c, &c.drep_private_data);
                 let dst = c.remote_gid;
@@ -461,21 +504,24 @@ impl CmEngine {
                 return;
             }
             S::DreqRcvd => {
+                log::mad_dropped("DREQ", "rx_duplicates: a DREQ already received");
                 self.counters.rx_duplicates += 1;
                 return;
             }
             _ => {
+                log::mad_dropped("DREQ", "rx_wrong_state: not connected");
                 self.counters.rx_wrong_state += 1;
                 return;
             }
         }
-        c.state = S::DreqRcvd;
+        c.set_state(id, S::DreqRcvd);
         c.dreq_tid = tid;
         self.event(id, IbCmEventKind::DreqReceived(m.private_data));
     }
 
     fn on_drep(&mut self, now: SimTime, src: Gid, m: Drep) {
         let Some(id) = self.lookup(m.remote_comm_id, m.local_comm_id) else {
+            log::mad_dropped("DREP", "rx_unmatched: no id has these comm IDs");
             self.counters.rx_unmatched += 1;
             return;
         };
@@ -486,6 +532,7 @@ impl CmEngine {
             self.state(id),
             Some(IbCmState::DreqSent | IbCmState::DreqRcvd)
         ) {
+            log::mad_dropped("DREP", "rx_wrong_state: no DREQ to answer");
             self.counters.rx_wrong_state += 1;
             return;
         }

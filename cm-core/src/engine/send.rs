@@ -65,7 +65,7 @@ impl CmEngine {
             c.av_timeout = cfg.packet_life_time.saturating_add(1).min(31);
             c.timeout_ms = 2 * cm_convert_to_ms(cfg.packet_life_time)
                 + cm_convert_to_ms(cfg.cm_response_timeout);
-            c.state = IbCmState::ReqSent;
+            c.set_state(id, IbCmState::ReqSent);
         }
         self.queue_with_retries(now, id, p.remote_gid, mad);
         Ok(())
@@ -100,7 +100,7 @@ impl CmEngine {
             c.local_qpn = p.local_qpn & QPN_MASK;
             c.responder_resources = p.responder_resources;
             c.initiator_depth = p.initiator_depth;
-            c.state = IbCmState::RepSent;
+            c.set_state(id, IbCmState::RepSent);
         }
         self.queue_with_retries(now, id, dst, mad);
         Ok(())
@@ -120,7 +120,7 @@ impl CmEngine {
         let dst = c.remote_gid;
         if let Some(c) = conn_mut!(self, id) {
             c.rtu_private_data = private_data.to_vec();
-            c.state = IbCmState::Established;
+            c.set_state(id, IbCmState::Established);
         }
         self.queue(dst, mad);
         Ok(())
@@ -209,7 +209,7 @@ impl CmEngine {
         let mad = Self::encode(&msg, self.form_tid(c.local_comm_id))?;
         let dst = c.remote_gid;
         if let Some(c) = conn_mut!(self, id) {
-            c.state = IbCmState::DreqSent;
+            c.set_state(id, IbCmState::DreqSent);
         }
         self.queue_with_retries(now, id, dst, mad);
         Ok(())
@@ -266,7 +266,7 @@ impl CmEngine {
             return Err(wrong_state("establish", c.state));
         }
         c.pending = None;
-        c.state = IbCmState::Established;
+        c.set_state(id, IbCmState::Established);
         self.event(id, IbCmEventKind::UserEstablished);
         Ok(())
     }

@@ -28,7 +28,7 @@ pub use ip_cm::{
     RDMA_TCP_REQ_USER_PRIVATE_DATA_MAX, RDMA_UDP_SIDR_REQ_USER_PRIVATE_DATA_MAX,
 };
 pub use messages::*;
-pub use reason::{CmMsgResponse, RejectReason};
+pub use reason::{attribute_name, ibcm_reject_msg, CmMsgResponse, RejectReason};
 
 /// Size of a MAD, bytes (`IB_MGMT_MAD_SIZE`, cm-spec §1.1).
 pub const MAD_SIZE: usize = 256;

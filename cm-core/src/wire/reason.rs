@@ -1,4 +1,5 @@
-//! Numbered enumerations carried in CM messages: REJ reasons and the MRA/REJ message codes.
+//! Numbered enumerations carried in CM messages: REJ reasons and the MRA/REJ message codes;
+//! the names logs give attribute IDs and REJ reasons.
 
 /// REJ reason codes, numbered and named as Linux `enum ib_cm_rej_reason` \[ib_cm.h\]
 /// (cm-spec §2.5). Value 34 is unassigned.
@@ -137,5 +138,67 @@ impl TryFrom<u8> for CmMsgResponse {
             2 => Ok(CmMsgResponse::Other),
             other => Err(other),
         }
+    }
+}
+
+/// The IBTA name of CM attribute `attribute_id` (cm-spec §2.1: REQ 0x10 … APR 0x1A), for logs
+/// and reports; `"unknown"` for any other value.
+pub const fn attribute_name(attribute_id: u16) -> &'static str {
+    match attribute_id {
+        super::CM_REQ_ATTR_ID => "REQ",
+        super::CM_MRA_ATTR_ID => "MRA",
+        super::CM_REJ_ATTR_ID => "REJ",
+        super::CM_REP_ATTR_ID => "REP",
+        super::CM_RTU_ATTR_ID => "RTU",
+        super::CM_DREQ_ATTR_ID => "DREQ",
+        super::CM_DREP_ATTR_ID => "DREP",
+        super::CM_SIDR_REQ_ATTR_ID => "SIDR_REQ",
+        super::CM_SIDR_REP_ATTR_ID => "SIDR_REP",
+        super::CM_LAP_ATTR_ID => "LAP",
+        super::CM_APR_ATTR_ID => "APR",
+        _ => "unknown",
+    }
+}
+
+/// The text of REJ reason `reason`, as Linux `ibcm_reject_msg()` gives it
+/// (`drivers/infiniband/core/cm.c`, `ibcm_rej_reason_strs`): `"stale conn"` for 10,
+/// `"consumer defined"` for 28, `"unrecognized reason"` for a value with no name.
+pub const fn ibcm_reject_msg(reason: u16) -> &'static str {
+    match reason {
+        1 => "no QP",
+        2 => "no EEC",
+        3 => "no resources",
+        4 => "timeout",
+        5 => "unsupported",
+        6 => "invalid comm ID",
+        7 => "invalid comm instance",
+        8 => "invalid service ID",
+        9 => "invalid transport type",
+        10 => "stale conn",
+        11 => "RDC not exist",
+        12 => "invalid GID",
+        13 => "invalid LID",
+        14 => "invalid SL",
+        15 => "invalid traffic class",
+        16 => "invalid hop limit",
+        17 => "invalid packet rate",
+        18 => "invalid alt GID",
+        19 => "invalid alt LID",
+        20 => "invalid alt SL",
+        21 => "invalid alt traffic class",
+        22 => "invalid alt hop limit",
+        23 => "invalid alt packet rate",
+        24 => "port CM redirect",
+        25 => "port redirect",
+        26 => "invalid MTU",
+        27 => "insufficient resp resources",
+        28 => "consumer defined",
+        29 => "invalid RNR retry",
+        30 => "duplicate local comm ID",
+        31 => "invalid class version",
+        32 => "invalid flow label",
+        33 => "invalid alt flow label",
+        35 => "vendor option is not supported",
+        _ => "unrecognized reason",
     }
 }

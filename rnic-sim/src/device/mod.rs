@@ -491,6 +491,7 @@ impl Device for SimDevice {
         }
         self.srq_count_user(init, true);
         self.qps.insert(qpn, SimQp::new(qpn, pd.0, *init));
+        tracing::debug!(qpn, qp_type = ?init.qp_type, state = %"RESET", "QP created");
         Ok(Qp {
             handle: QpHandle(qpn),
             qp_num: qpn,
@@ -577,6 +578,9 @@ impl Device for SimDevice {
             }
             s => q.attr.qp_state = s,
         }
+        if !matches!(next, QpState::Reset | QpState::Err) && next != cur {
+            crate::log::qp_state(qp.0, cur, next);
+        }
         q.settle(sh);
         self.touched(qp.0);
         Ok(())
@@ -596,6 +600,7 @@ impl Device for SimDevice {
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
         self.alive()?;
         let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        tracing::debug!(qpn = qp.0, state = %crate::log::qp_state_name(q.state()), "QP destroyed");
         self.srq_count_user(&q.init, false);
         for cq in [q.init.send_cq, q.init.recv_cq] {
             if let Some(n) = self.cq_users.get_mut(&cq.0) {

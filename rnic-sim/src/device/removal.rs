@@ -55,10 +55,13 @@ impl SimDevice {
                 .into_iter()
                 .filter(|e| e.event_type == AsyncEventType::CqErr),
         );
-        self.sh.events.push_back(AsyncEvent {
+        let fatal = AsyncEvent {
             event_type: AsyncEventType::DeviceFatal,
             element: AsyncElement::Device,
-        });
+        };
+        tracing::debug!("device removed: the flush's QP events are not reported");
+        crate::log::async_event(&fatal);
+        self.sh.events.push_back(fatal);
         self.removed = true;
         self.sh.tx.clear();
         self.gsi_mut().rx.clear();

@@ -16,6 +16,19 @@ fn note_tx(pending: &mut Vec<u32>, qps: usize, qpn: u32) {
     }
 }
 
+/// Logs a received packet dropped, and why (the name of the [`Counters`] field it is counted
+/// in first).
+fn dropped(src: Gid, p: &Packet, why: &'static str) {
+    tracing::debug!(
+        peer = %src.to_ip(),
+        qpn = p.bth.dest_qp & QPN_MASK,
+        opcode = ?p.bth.opcode,
+        psn = p.bth.psn,
+        why = %why,
+        "packet dropped"
+    );
+}
+
 impl SimDevice {
     /// The next packet to put on the wire, or `None` when the device has nothing to send now.
     /// Runs the requesters (new and retransmitted requests), then emits the coalesced ACKs:
@@ -131,10 +144,12 @@ impl SimDevice {
         }
         let c = &mut self.sh.counters;
         if !packet.is_consistent() {
+            dropped(src, &packet, "malformed: headers do not match the opcode");
             c.malformed += 1;
             return;
         }
         if packet.bth.pkey & 0x7FFF != 0x7FFF {
+            dropped(src, &packet, "bad_pkey: not the default partition");
             c.bad_pkey += 1;
             return;
         }
@@ -145,6 +160,7 @@ impl SimDevice {
         }
         let qps = self.qps.len();
         let Some(qp) = self.qps.get_mut(&qpn) else {
+            dropped(src, &packet, "unknown_qp: no such QP");
             c.unknown_qp += 1;
             return;
         };
@@ -152,14 +168,17 @@ impl SimDevice {
         match qp.init.qp_type {
             QpType::Rc => {
                 if ud_op {
+                    dropped(src, &packet, "wrong_qp_type: a UD packet for an RC QP");
                     c.wrong_qp_type += 1;
                     return;
                 }
                 if matches!(qp.state(), QpState::Reset | QpState::Init) {
+                    tracing::trace!(qpn, "packet dropped: qp_not_ready (RESET or INIT)");
                     c.qp_not_ready += 1;
                     return;
                 }
                 if src != qp.attr.ah_attr.grh.dgid {
+                    dropped(src, &packet, "wrong_source: not from the QP's peer");
                     c.wrong_source += 1;
                     return;
                 }
@@ -174,12 +193,14 @@ impl SimDevice {
             }
             QpType::Ud => {
                 if !ud_op {
+                    dropped(src, &packet, "wrong_qp_type: an RC packet for a UD QP");
                     c.wrong_qp_type += 1;
                     return;
                 }
                 qp.on_ud(&mut self.sh, src, packet);
             }
             QpType::Uc => {
+                dropped(src, &packet, "wrong_qp_type: UC is not simulated");
                 c.wrong_qp_type += 1;
                 return;
             }

@@ -137,6 +137,13 @@ impl SimQp {
                     }
                     AethKind::RnrNak(code) => {
                         sh.counters.rnr_naks_received += 1;
+                        tracing::debug!(
+                            qpn = self.qpn,
+                            psn,
+                            rnr_retries_left = self.req.rnr_left,
+                            timer_ns = rnr_timer_ns(code),
+                            "RNR NAK received"
+                        );
                         if self.req.rnr_left == 0 {
                             self.fail(sh, WcStatus::RnrRetryExcErr);
                             return;
@@ -151,6 +158,7 @@ impl SimQp {
                     }
                     AethKind::Nak(NakCode::PsnSeqError) => {
                         sh.counters.seq_naks_received += 1;
+                        tracing::debug!(qpn = self.qpn, psn, "PSN sequence NAK received");
                         // The NAK acknowledges every PSN before it: progress if it moved.
                         if psn_diff(psn, self.req.comp_psn) > 0 {
                             self.reset_retry_counters();
@@ -159,6 +167,7 @@ impl SimQp {
                         self.retry(sh, false);
                     }
                     AethKind::Nak(code) => {
+                        tracing::debug!(qpn = self.qpn, psn, nak = ?code, "NAK received");
                         let status = match code {
                             NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                             NakCode::RemoteAccessError => WcStatus::RemAccessErr,

@@ -343,6 +343,12 @@ impl SimQp {
             return;
         }
         if self.req.retry_left == 0 {
+            tracing::debug!(
+                qpn = self.qpn,
+                retry_cnt = self.attr.retry_cnt,
+                timeout,
+                "RC retry count exceeded"
+            );
             self.complete_head(sh, WcStatus::RetryExcErr);
             self.enter_err(sh);
             return;
@@ -350,6 +356,13 @@ impl SimQp {
         self.req.retry_left -= 1;
         self.req.started_retry = true;
         sh.counters.retries += 1;
+        tracing::debug!(
+            qpn = self.qpn,
+            from_psn = self.req.comp_psn,
+            retries_left = self.req.retry_left,
+            cause = %if timeout { "ACK timeout" } else { "NAK or lost response" },
+            "RC retransmission (go-back-N)"
+        );
         self.go_back_n();
     }
 
@@ -427,6 +440,12 @@ impl SimQp {
             if !self.resp.sent_psn_nak {
                 self.resp.sent_psn_nak = true;
                 self.flush_pending_ack(sh);
+                tracing::debug!(
+                    qpn = self.qpn,
+                    psn,
+                    expected = self.resp.psn,
+                    "PSN sequence NAK sent"
+                );
                 sh.counters.seq_naks_sent += 1;
                 self.send_ack(sh, AethKind::Nak(NakCode::PsnSeqError), self.resp.psn);
             }
@@ -448,11 +467,13 @@ impl SimQp {
                 self.flush_pending_ack(sh);
                 sh.counters.rnr_naks_sent += 1;
                 let code = self.attr.min_rnr_timer & 0x1F;
+                tracing::debug!(qpn = self.qpn, psn, "RNR NAK sent (no receive posted)");
                 self.send_ack(sh, AethKind::RnrNak(code), psn);
             }
             Err(RespErr::Fatal { nak, recv_status }) => {
                 // ACK what was executed before the NAK (enter_err would, but after the NAK).
                 self.flush_pending_ack(sh);
+                tracing::debug!(qpn = self.qpn, psn, nak = ?nak, "NAK sent (responder error)");
                 self.send_ack(sh, AethKind::Nak(nak), psn);
                 if self.resp.recv_in_use {
                     // The error belongs to a receive WQE: its completion reports it.

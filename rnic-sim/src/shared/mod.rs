@@ -66,10 +66,12 @@ impl Shared {
 
     /// Queues the affiliated async event `event_type` of QP `qpn`.
     pub fn qp_event(&mut self, event_type: AsyncEventType, qpn: u32) {
-        self.events.push_back(AsyncEvent {
+        let e = AsyncEvent {
             event_type,
             element: AsyncElement::Qp(qpn),
-        });
+        };
+        crate::log::async_event(&e);
+        self.events.push_back(e);
     }
 
     /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
@@ -83,10 +85,12 @@ impl Shared {
             CqPush::Stored => true,
             CqPush::Overran => {
                 self.counters.completions_lost += 1;
-                self.events.push_back(AsyncEvent {
+                let e = AsyncEvent {
                     event_type: AsyncEventType::CqErr,
                     element: AsyncElement::Cq(cq),
-                });
+                };
+                crate::log::async_event(&e);
+                self.events.push_back(e);
                 false
             }
             CqPush::Dropped => {

@@ -185,16 +185,18 @@ impl<E> Shared<E> {
     fn new(
         endpoint: E,
         socket: &impl AsFd,
+        local: SocketAddr,
         direct: Option<std::net::UdpSocket>,
     ) -> io::Result<Arc<Self>> {
         let udp = socket_state(socket)?;
         let buffers = size_socket_buffers(socket, SOCKET_BUFFER_BYTES);
         tracing::debug!(
+            %local,
             recv_buffer = buffers.recv,
             send_buffer = buffers.send,
             gso_segments = udp.max_gso_segments(),
             gro_segments = udp.gro_segments(),
-            "UDP driver ready"
+            "UDP driver ready (socket bound, buffers sized)"
         );
         Ok(Arc::new(Shared {
             driver_waiting: AtomicBool::new(false),
@@ -453,7 +455,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn from_socket(endpoint: E, socket: UdpSocket) -> io::Result<Self> {
         let local_addr = socket.local_addr()?;
         Ok(UdpDriver {
-            shared: Shared::new(endpoint, &socket, None)?,
+            shared: Shared::new(endpoint, &socket, local_addr, None)?,
             socket,
             local_addr,
         })
@@ -481,7 +483,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     pub fn spawn(endpoint: E, socket: std::net::UdpSocket) -> io::Result<SpawnedUdpDriver<E>> {
         socket.set_nonblocking(true)?;
         let local_addr = socket.local_addr()?;
-        let shared = Shared::new(endpoint, &socket, Some(socket.try_clone()?))?;
+        let shared = Shared::new(endpoint, &socket, local_addr, Some(socket.try_clone()?))?;
         let handle = UdpHandle {
             shared: Arc::clone(&shared),
             local_addr,
@@ -521,9 +523,16 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
     /// Errors: a receive error other than the ICMP-induced `ECONNREFUSED`/`ECONNRESET` (which
     /// are counted and ignored) ends the loop with that error.
     pub async fn run(self) -> io::Result<()> {
+        use tracing::Instrument;
         let shared = Arc::clone(&self.shared);
-        let result = self.run_loop().await;
-        shared.lock().stopped = true;
+        // What the endpoint logs while the driver runs it (received datagrams, timers) is
+        // logged in this span.
+        let span = tracing::debug_span!("udp", local = %self.local_addr);
+        let result = self.run_loop().instrument(span).await;
+        let mut st = shared.lock();
+        st.stopped = true;
+        tracing::debug!(stats = ?st.stats, error = ?result.as_ref().err(), "UDP driver stopped");
+        drop(st);
         shared.notify_changed();
         result
     }

@@ -710,6 +710,8 @@ impl<'a, N: PingNic> Session<'a, N> {
     /// once the lobby's handshake completed (its timeline from the CONNECT_REQUEST), the
     /// client's after ADDR_RESOLVED.
     pub fn run(mut self) -> PingReport {
+        let (role, peer, id) = (self.role.name(), self.peer, self.id.0);
+        let _conn = tracing::info_span!("conn", role = %role, %peer, id).entered();
         let res = match self.role {
             Role::Client => self.client_connect(),
             Role::Server => self.server_accept(),
