@@ -10,7 +10,7 @@ use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use verbs_core::SimTime;
+use verbs_core::{AsyncElement, AsyncEventType, Device, SimTime};
 
 /// A [`Host`] with the ping application's [`DataPhase`]s attached while they run (one per
 /// connection: `--qps` runs several at once): the endpoint the UDP driver runs (behind the
@@ -23,7 +23,14 @@ pub struct PingHost<N: Nic = SimNic> {
     pub data: BTreeMap<CmIdHandle, DataPhase>,
     /// CM events for the sessions in progress, by id (see [`PingHost::open_mailbox`]).
     mailboxes: BTreeMap<CmIdHandle, VecDeque<CmEvent>>,
+    /// QPs that got their first request (`IBV_EVENT_COMM_EST`) since the application last
+    /// looked, oldest first, at most [`MAX_COMM_EST`].
+    comm_est: VecDeque<u32>,
 }
+
+/// The most COMM_EST QPNs kept for the application (one per connection: a server that does
+/// not look for a while forgets the oldest).
+const MAX_COMM_EST: usize = 4096;
 
 impl<N: Nic> PingHost<N> {
     /// `host` without a data phase.
@@ -32,7 +39,32 @@ impl<N: Nic> PingHost<N> {
             host,
             data: BTreeMap::new(),
             mailboxes: BTreeMap::new(),
+            comm_est: VecDeque::new(),
         }
+    }
+
+    /// Reads the device's async events: keeps the QPNs of `IBV_EVENT_COMM_EST` (a passive
+    /// QP whose RTU was lost learns from its first request that the client is connected;
+    /// the lobby then calls `rdma_notify`, as nvmet-rdma does); the rest concern no one here.
+    fn read_async_events(&mut self) {
+        while let Some(ev) = self.host.dev_mut().get_async_event() {
+            if let (AsyncEventType::CommEst, AsyncElement::Qp(qpn)) = (ev.event_type, ev.element) {
+                if self.comm_est.len() == MAX_COMM_EST {
+                    self.comm_est.pop_front();
+                }
+                self.comm_est.push_back(qpn);
+            }
+        }
+    }
+
+    /// Takes the QPNs that got their first request since the last call.
+    pub fn take_comm_est(&mut self) -> Vec<u32> {
+        self.comm_est.drain(..).collect()
+    }
+
+    /// Whether a QP got its first request since the last [`take_comm_est`](Self::take_comm_est).
+    pub fn has_comm_est(&self) -> bool {
+        !self.comm_est.is_empty()
     }
 
     /// From now on events of `id` read by another session wait in its mailbox.
@@ -115,6 +147,7 @@ impl<N: Nic> PingHost<N> {
 impl<N: Nic> Endpoint for PingHost<N> {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         self.host.handle_datagram(now, src, bytes);
+        self.read_async_events();
         self.step(now);
     }
 

@@ -315,6 +315,25 @@ impl Lobby {
         None
     }
 
+    /// `IBV_EVENT_COMM_EST` on QP `qpn`: if it is a candidate's whose RTU has not come (lost),
+    /// its client is connected and sending: `rdma_notify` makes the id ESTABLISHED now (its
+    /// event follows), instead of after the REP's retransmission (≈ 4 s with Linux's timers)
+    /// while the client's first SEND meets RNR NAKs — under loss long enough for its
+    /// transport retries to run out. The call fails harmlessly (EISCONN) if the RTU came
+    /// meanwhile.
+    pub fn on_comm_est<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, qpn: u32) {
+        let Some(c) = self
+            .candidates
+            .values()
+            .find(|c| c.qp.qp_num == qpn && c.established.is_none())
+        else {
+            return;
+        };
+        let (id, now) = (c.id, cx.now);
+        let (cm, dev) = cx.ep.inner_mut().host_mut().split();
+        let _ = cm.notify(dev, now, id);
+    }
+
     /// The oldest candidate whose handshake still runs (dropping the ids met on the way that
     /// left or completed).
     fn oldest_running(&mut self) -> Option<CmIdHandle> {

@@ -175,7 +175,7 @@ impl<N: PingNic> Node<N> {
                 let h = ep.inner();
                 let cm = h.host().cm().pending_events(ch) > 0;
                 if h.data.is_empty() {
-                    any || cm
+                    any || cm || h.has_comm_est()
                 } else {
                     // The data phases run in the driver: wake the application when one
                     // settles or has per-iteration lines to print (and for completions of a
@@ -297,6 +297,18 @@ impl<N: PingNic> Node<N> {
                 self.route(ep, now, ev);
             }
         }
+        let comm_est = ep.inner_mut().take_comm_est();
+        if let Some(lobby) = lock(&self.lobby).as_mut() {
+            let mut cx = Ctx {
+                ep: &mut *ep,
+                now,
+                pd: self.pd,
+                comp: &self.comp,
+            };
+            for qpn in comm_est {
+                lobby.on_comm_est(&mut cx, qpn);
+            }
+        }
         own
     }
 
@@ -392,7 +404,9 @@ impl<N: PingNic> Node<N> {
             }
             let ch = self.ch;
             self.handle().wait_until(deadline - now, |ep| {
-                ep.inner().host().cm().pending_events(ch) > 0 || crate::interrupt::requested()
+                ep.inner().host().cm().pending_events(ch) > 0
+                    || ep.inner().has_comm_est()
+                    || crate::interrupt::requested()
             });
         }
     }
