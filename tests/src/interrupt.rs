@@ -42,7 +42,8 @@ pub fn install() -> std::io::Result<()> {
                     .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
                     .is_err()
                 {
-                    eprintln!("rnic: second signal {sig}: exiting now");
+                    let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
+                    eprintln!("rnic: second signal ({name}): exiting now");
                     std::process::exit(128 + sig);
                 }
                 let wakers = WAKERS.lock().unwrap_or_else(PoisonError::into_inner);

@@ -456,3 +456,47 @@ fn qps_runs_several_connections_at_once_served_as_one_group() {
         .iter()
         .all(|r| r["verdict"] == "PASS" && r["iterations"] == 50));
 }
+
+#[test]
+fn a_queued_client_does_not_hold_a_server_whose_client_died() {
+    // Its RNR-retried SENDs are no progress for the dead client's session.
+    let (s, addr) = server(&["--timeout", "1"]);
+    let mut dead = client(addr, &["-C", "100000000", "--op", "send", "--progress"]);
+    Proc::line_where(&dead.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("the first client does not run");
+    let queued = client(addr, &["-C", "3", "--json"]);
+    Proc::line_where(&queued.err, Duration::from_secs(30), |l| l.contains("busy"))
+        .expect("the second client is not queued");
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    let (code, out, err) = queued.finish(Duration::from_secs(60));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(report(&out)["verdict"], "PASS");
+    s.signal("INT");
+    s.finish(Duration::from_secs(30));
+}
+
+#[test]
+fn sigterm_to_a_server_disconnects_the_clients_waiting_for_their_turn() {
+    let (s, addr) = server(&[]);
+    let running = client(addr, &["-D", "30", "--op", "send", "--progress", "--json"]);
+    Proc::line_where(&running.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("the first client does not run");
+    let queued = client(addr, &["-C", "3", "--json"]);
+    Proc::line_where(&queued.err, Duration::from_secs(30), |l| l.contains("busy"))
+        .expect("the second client is not queued");
+    let t = Instant::now();
+    s.signal("TERM");
+    let (code, out, err) = queued.finish(Duration::from_secs(60));
+    // As a dying server process's ids end: a DREQ, DISCONNECTED status 0 at once.
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert_eq!(status_of(&report(&out), "DISCONNECTED"), Some(0), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(s.finish(Duration::from_secs(30)).0, 143);
+    let (_, rout, _) = running.finish(Duration::from_secs(60));
+    assert_eq!(status_of(&report(&rout), "DISCONNECTED"), Some(0));
+}

@@ -35,8 +35,9 @@ pub struct PingArgs {
     /// fixed ip:port repeats the identifiers.
     #[arg(short = 'I', long, value_name = "ADDR", value_parser = parse_bind, conflicts_with = "listen")]
     pub bind: Option<SocketAddr>,
-    /// Iterations (client; rping's -C, perftest's -n) [default: 10].
-    #[arg(short = 'C', long, short_alias = 'n', conflicts_with_all = ["listen", "duration"])]
+    /// Iterations (client; rping's -C, perftest's -n; at least 1: for an open-ended run give
+    /// --duration) [default: 10].
+    #[arg(short = 'C', long, short_alias = 'n', conflicts_with_all = ["listen", "duration"], value_parser = clap::value_parser!(u32).range(1..))]
     pub count: Option<u32>,
     /// Run for this many seconds instead of a count (client; perftest's -D): the iteration in
     /// progress then finishes and the FIN tells the server how many ran.
@@ -204,6 +205,11 @@ fn print_group(reports: &[PingReport], json: bool) {
         .filter_map(|r| r.throughput.as_ref())
         .map(|t| t.mbit_per_s)
         .sum();
+    // The wire counters are the process's (one socket for every QP): each report has what
+    // came since the previous one, so the sum is the whole.
+    let (sent, received) = reports
+        .iter()
+        .fold((0, 0), |(s, r), p| (s + p.wire.nic_tx, r + p.wire.nic_rx));
     let verdict = if reports.iter().any(|r| r.interrupted.is_some()) {
         "INTERRUPTED"
     } else if reports.iter().all(PingReport::passed) {
@@ -217,6 +223,8 @@ fn print_group(reports: &[PingReport], json: bool) {
             "reports": reports,
             "iterations": iterations,
             "mbit_per_s": mbit,
+            "datagrams_sent": sent,
+            "datagrams_received": received,
             "verdict": verdict,
         });
         v.to_string() + "\n"
@@ -227,7 +235,7 @@ fn print_group(reports: &[PingReport], json: bool) {
             s.push_str(&r.to_text());
         }
         s.push_str(&format!(
-            "--- {} QPs: {iterations} iterations, {mbit:.1} Mbit/s together ---\nverdict: {verdict}\n",
+            "--- {} QPs: {iterations} iterations, {mbit:.1} Mbit/s together; {sent} datagrams sent, {received} received by this process (per QP above: since the previous report) ---\nverdict: {verdict}\n",
             reports.len()
         ));
         s
@@ -392,6 +400,7 @@ fn run_on<N: PingNic>(
         }
     }
     if crate::interrupt::requested() {
+        s.close_waiting();
         let sig = crate::interrupt::signal_name();
         let line = if a.json {
             format!("{{\"interrupted\":\"{sig}\",\"served\":{served},\"connections\":{connections},\"passed\":{passed}}}\n")

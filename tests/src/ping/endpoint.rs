@@ -26,6 +26,10 @@ pub struct PingHost<N: Nic = SimNic> {
     /// QPs that got their first request (`IBV_EVENT_COMM_EST`) since the application last
     /// looked, oldest first, at most [`MAX_COMM_EST`].
     comm_est: VecDeque<u32>,
+    /// Datagrams received from the peers of the sessions in progress (by socket: sessions
+    /// using it, datagrams): a session's sign of progress, which another client's traffic
+    /// (a queued client's RNR-retried SENDs) must not fake.
+    watched: BTreeMap<SocketAddr, (u32, u64)>,
 }
 
 /// The most COMM_EST QPNs kept for the application (one per connection: a server that does
@@ -40,7 +44,28 @@ impl<N: Nic> PingHost<N> {
             data: BTreeMap::new(),
             mailboxes: BTreeMap::new(),
             comm_est: VecDeque::new(),
+            watched: BTreeMap::new(),
         }
+    }
+
+    /// Counts the datagrams from `peer` from now on (one more session of that peer).
+    pub fn watch_peer(&mut self, peer: SocketAddr) {
+        self.watched.entry(peer).or_default().0 += 1;
+    }
+
+    /// One session of `peer` fewer; its count is forgotten with the last.
+    pub fn unwatch_peer(&mut self, peer: SocketAddr) {
+        if let Some(w) = self.watched.get_mut(&peer) {
+            w.0 = w.0.saturating_sub(1);
+            if w.0 == 0 {
+                self.watched.remove(&peer);
+            }
+        }
+    }
+
+    /// Datagrams received from `peer` since it was first watched.
+    pub fn peer_datagrams(&self, peer: SocketAddr) -> u64 {
+        self.watched.get(&peer).map_or(0, |w| w.1)
     }
 
     /// Reads the device's async events: keeps the QPNs of `IBV_EVENT_COMM_EST` (a passive
@@ -146,6 +171,9 @@ impl<N: Nic> PingHost<N> {
 
 impl<N: Nic> Endpoint for PingHost<N> {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        if let Some(w) = self.watched.get_mut(&src) {
+            w.1 += 1;
+        }
         self.host.handle_datagram(now, src, bytes);
         self.read_async_events();
         self.step(now);

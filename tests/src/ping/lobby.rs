@@ -377,6 +377,21 @@ impl Lobby {
         self.remove(id)
     }
 
+    /// Ends every candidate, as a dying server process's ids end (the kernel destroys them):
+    /// a connected one is disconnected (its client gets a DREQ, DISCONNECTED status 0), one
+    /// still in its handshake is rejected with `why`.
+    pub fn close<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>, why: &str) {
+        let ids: Vec<CmIdHandle> = self.candidates.keys().copied().collect();
+        for id in ids {
+            let Some(c) = self.remove(id) else { continue };
+            if c.established.is_some() {
+                let (cm, dev) = cx.ep.inner_mut().host_mut().split();
+                let _ = cm.disconnect(dev, cx.now, c.id);
+            }
+            release(cx, &c, Some(why));
+        }
+    }
+
     /// Takes a connection of the group `nonce` of address `ip` whose handshake completed,
     /// if any (the rest of a `--qps` client's group).
     pub fn take_ready_of(&mut self, ip: IpAddr, nonce: u32) -> Option<Candidate> {

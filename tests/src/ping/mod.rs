@@ -399,6 +399,12 @@ impl<N: PingNic> Server<N> {
             .wait_until(Duration::from_millis(ms), |_| false);
     }
 
+    /// Ends every client waiting in the lobby as a dying process's ids end: a connected one
+    /// gets a DREQ, one in its handshake a REJ saying "server shutting down" (after a signal).
+    pub fn close_waiting(&self) {
+        self.node.close_lobby("server shutting down");
+    }
+
     /// Stops the driver.
     ///
     /// # Errors

@@ -429,6 +429,29 @@ impl<N: PingNic> Node<N> {
         }
     }
 
+    /// Ends every client waiting for its session (see [`Lobby::close`]) and refuses the
+    /// requests still deferred, with `why`: what a server does when a signal stops it.
+    pub(super) fn close_lobby(&self, why: &str) {
+        self.handle().with(|ep, now| {
+            self.own_events(ep, now, None);
+            if let Some(lobby) = lock(&self.lobby).as_mut() {
+                let mut cx = Ctx {
+                    ep: &mut *ep,
+                    now,
+                    pd: self.pd,
+                    comp: &self.comp,
+                };
+                lobby.close(&mut cx, why);
+            }
+            let deferred = std::mem::take(&mut *lock(&self.deferred));
+            for ev in deferred {
+                if ev.event == CmEventType::ConnectRequest {
+                    refuse(ep, now, ev.id, why);
+                }
+            }
+        });
+    }
+
     /// Notes the IP address of the client in session (`None`: the session ended).
     pub(super) fn set_serving(&self, ip: Option<std::net::IpAddr>) {
         if let Some(l) = lock(&self.lobby).as_mut() {

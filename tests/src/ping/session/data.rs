@@ -37,7 +37,7 @@ impl<N: PingNic> Session<'_, N> {
         };
         let id = self.id;
         self.h().with(|ep, now| ep.inner_mut().start(id, d, now));
-        let (node, ch) = (self.node, self.node.channel());
+        let (node, ch, peer) = (self.node, self.node.channel(), self.peer);
         let timeout = nanos(self.timeout);
         let (mut steps, mut last_step) = (0, start);
         let mut finishing = false;
@@ -78,7 +78,6 @@ impl<N: PingNic> Session<'_, N> {
                 }
                 let d = h.data.get_mut(&id);
                 let outcome = d.as_ref().and_then(|d| d.outcome.clone());
-                let n = d.as_ref().map_or(0, |d| d.steps);
                 let iterations = d.as_ref().map_or(0, |d| d.iterations);
                 let lines: Vec<String> = d
                     .and_then(|d| d.lines.as_mut())
@@ -91,6 +90,9 @@ impl<N: PingNic> Session<'_, N> {
                     ep.kill_peer();
                     ep.inner_mut().step(now);
                 }
+                // Progress: the peer's datagrams (the iterations, and a WRITE stream's
+                // packets), not another client's.
+                let n = ep.inner().peer_datagrams(peer) + u64::from(iterations);
                 (outcome, n, iterations, lines, (own, now))
             });
             self.live.print_lines(&lines);

@@ -147,8 +147,12 @@ impl<'a, N: PingNic> Session<'a, N> {
         for (ev, at) in setup_events {
             s.record_event(&ev, at);
         }
-        // Events of this id that another session's thread reads wait for this one.
-        s.h().with(|ep, _| ep.inner_mut().open_mailbox(id));
+        // Events of this id that another session's thread reads wait for this one; the
+        // peer's datagrams are counted (progress).
+        s.h().with(|ep, _| {
+            ep.inner_mut().open_mailbox(id);
+            ep.inner_mut().watch_peer(peer);
+        });
         s
     }
 
@@ -190,6 +194,10 @@ impl<'a, N: PingNic> Session<'a, N> {
             interrupt::signal()?;
             let name = interrupt::signal_name();
             self.interrupted = Some(name);
+            static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+            ANNOUNCED.call_once(|| {
+                eprintln!("rnic ping: {name}: stopping cleanly (a second signal exits at once)");
+            });
             let now = self.h().now();
             self.note(
                 now,
@@ -357,10 +365,10 @@ impl<'a, N: PingNic> Session<'a, N> {
         }
     }
 
-    /// Datagrams this side's NIC has received so far.
+    /// Datagrams this side has received from its peer so far (not another client's).
     fn datagrams_received(&self) -> u64 {
-        self.h()
-            .with_quiet(|ep, _| ep.inner().host().nic().datagram_counters().rx_datagrams)
+        let peer = self.peer;
+        self.h().with_quiet(|ep, _| ep.inner().peer_datagrams(peer))
     }
 
     /// Waits for the next CM event, which must be `want`.
@@ -532,11 +540,15 @@ impl<'a, N: PingNic> Session<'a, N> {
     }
 
     fn rdma_disconnect(&mut self, why: &str) {
-        let id = self.id;
-        let posted = self.l.recv_out.len() as u64;
-        let (r, now) = self.h().with(|ep, now| {
-            let (cm, dev) = ep.inner_mut().host_mut().split();
-            (cm.disconnect(dev, now, id), now)
+        let (id, node, l) = (self.id, self.node, &mut self.l);
+        let (r, now, posted) = node.handle().with(|ep, now| {
+            let host = ep.inner_mut().host_mut();
+            // Completions already in the CQ are not the flush's: booked first, under the same
+            // lock as the disconnect, so that no receive completes in between unseen.
+            let _ = l.poll(host, None);
+            let posted = l.recv_out.len() as u64;
+            let (cm, dev) = host.split();
+            (cm.disconnect(dev, now, id), now, posted)
         });
         if let Err(e) = r {
             self.failures.push(format!("rdma_disconnect failed: {e}"));
@@ -612,7 +624,7 @@ impl<'a, N: PingNic> Session<'a, N> {
         {
             // A silent peer: the wait can be long, say so.
             eprintln!(
-                "rnic ping {}: {}; waiting for DISCONNECTED (the DREQ gives up after {:.0} s; Ctrl-C stops now)",
+                "rnic ping {}: {}; waiting for DISCONNECTED (the DREQ gives up after {:.1} s; Ctrl-C stops now)",
                 self.role.name(),
                 self.stopped.as_ref().map_or(String::new(), ToString::to_string),
                 self.node.cfg().dreq_give_up_ms() as f64 / 1e3
@@ -653,6 +665,10 @@ impl<'a, N: PingNic> Session<'a, N> {
             }
             Err(e) => {
                 self.failures.push(format!("DISCONNECTED: {e}"));
+                if self.interrupted.is_some() {
+                    // Stopping on a signal, with a silent peer: no TIMEWAIT_EXIT to wait for.
+                    return (None, false);
+                }
                 None
             }
         };
@@ -686,10 +702,11 @@ impl<'a, N: PingNic> Session<'a, N> {
     }
 
     fn destroy(&mut self) {
-        let (id, qp, cq, mr) = (self.id, self.l.qp, self.l.cq, self.l.mr);
+        let (id, qp, cq, mr, peer) = (self.id, self.l.qp, self.l.cq, self.l.mr, self.peer);
         self.h().with(|ep, now| {
             // Late events of this id (none is awaited any more) are dropped with it.
             ep.inner_mut().close_mailbox(id);
+            ep.inner_mut().unwatch_peer(peer);
             let (cm, dev) = ep.inner_mut().host_mut().split();
             // Teardown errors change nothing in the report: the checks were made before.
             if let Some(qp) = qp {

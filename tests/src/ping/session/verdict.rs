@@ -31,13 +31,19 @@ impl<N: PingNic> Session<'_, N> {
             );
         } else {
             let stop = self.stopped.as_ref().map(|s| format!(" (stopped: {s})"));
-            let (want, of) = match self.ended_early {
-                Some(ran) => (ran, format!("the {ran} the client's FIN announced")),
-                None => (self.params.count, format!("all {}", self.params.count)),
+            let (want, done) = match self.ended_early {
+                Some(ran) => (
+                    ran,
+                    format!("the run ended after {ran} iterations (the FIN says so), all done"),
+                ),
+                None => (
+                    self.params.count,
+                    format!("all {} iterations done", self.params.count),
+                ),
             };
             check(
                 format!(
-                    "{of} iterations done, every byte verified ({} bytes){}",
+                    "{done}, every byte verified ({} bytes){}",
                     self.bytes_verified,
                     stop.unwrap_or_default()
                 ),
