@@ -299,12 +299,7 @@ impl<N: PingNic> Node<N> {
         }
         let comm_est = ep.inner_mut().take_comm_est();
         if let Some(lobby) = lock(&self.lobby).as_mut() {
-            let mut cx = Ctx {
-                ep: &mut *ep,
-                now,
-                pd: self.pd,
-                comp: &self.comp,
-            };
+            let mut cx = self.ctx(ep, now);
             for qpn in comm_est {
                 lobby.on_comm_est(&mut cx, qpn);
             }
@@ -322,12 +317,7 @@ impl<N: PingNic> Node<N> {
         let ev = match lobby.as_mut() {
             None => ev,
             Some(lobby) => {
-                let mut cx = Ctx {
-                    ep: &mut *ep,
-                    now,
-                    pd: self.pd,
-                    comp: &self.comp,
-                };
+                let mut cx = self.ctx(ep, now);
                 if ev.event != CmEventType::ConnectRequest {
                     // Not a candidate's: nothing waits for it.
                     let _ = lobby.on_event(&mut cx, ev);
@@ -429,18 +419,24 @@ impl<N: PingNic> Node<N> {
         }
     }
 
+    /// What the lobby works with: the endpoint (under the driver's lock), `now`, the PD and
+    /// the completion channel.
+    fn ctx<'a>(&'a self, ep: &'a mut PingEndpoint<N>, now: SimTime) -> Ctx<'a, N> {
+        Ctx {
+            ep,
+            now,
+            pd: self.pd,
+            comp: &self.comp,
+        }
+    }
+
     /// Ends every client waiting for its session (see [`Lobby::close`]) and refuses the
     /// requests still deferred, with `why`: what a server does when a signal stops it.
     pub(super) fn close_lobby(&self, why: &str) {
         self.handle().with(|ep, now| {
             self.own_events(ep, now, None);
             if let Some(lobby) = lock(&self.lobby).as_mut() {
-                let mut cx = Ctx {
-                    ep: &mut *ep,
-                    now,
-                    pd: self.pd,
-                    comp: &self.comp,
-                };
+                let mut cx = self.ctx(ep, now);
                 lobby.close(&mut cx, why);
             }
             let deferred = std::mem::take(&mut *lock(&self.deferred));
