@@ -1,4 +1,4 @@
-//! SIGINT and SIGTERM for the `rnic` commands: the first asks the work in progress to stop
+//! SIGINT, SIGTERM and SIGHUP for the `rnic` commands: the first asks the work in progress to stop
 //! cleanly (a ping session disconnects, so that the peer gets its DREQ as it would from a
 //! Linux kernel destroying a dying process's ids; `explore` stops handing out seeds) and to
 //! report what it did; a second one ends the process at once.
@@ -25,15 +25,17 @@ static WAKERS: Mutex<Vec<Waker>> = Mutex::new(Vec::new());
 pub const SIGINT: i32 = signal_hook::consts::SIGINT;
 /// `SIGTERM` (15).
 pub const SIGTERM: i32 = signal_hook::consts::SIGTERM;
+/// `SIGHUP` (1): the terminal went away (an ssh session closed); treated as SIGTERM.
+pub const SIGHUP: i32 = signal_hook::consts::SIGHUP;
 
-/// Catches SIGINT and SIGTERM from now on: the first sets [`requested`] and runs the
+/// Catches SIGINT, SIGTERM and SIGHUP from now on: the first sets [`requested`] and runs the
 /// [`on_interrupt`] callbacks; a second one exits the process with status 128 + its number
 /// (130 for SIGINT), as the default action's status would read in a shell.
 ///
 /// # Errors
 /// The signal handlers cannot be installed (`sigaction` failed) or the thread not started.
 pub fn install() -> std::io::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::Builder::new()
         .name("rnic-signals".into())
         .spawn(move || {
@@ -42,8 +44,7 @@ pub fn install() -> std::io::Result<()> {
                     .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
                     .is_err()
                 {
-                    let name = if sig == SIGTERM { "SIGTERM" } else { "SIGINT" };
-                    eprintln!("rnic: second signal ({name}): exiting now");
+                    eprintln!("rnic: second signal ({}): exiting now", name_of(sig));
                     std::process::exit(128 + sig);
                 }
                 let wakers = WAKERS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -56,12 +57,12 @@ pub fn install() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGINT or SIGTERM arrived (after [`install`]).
+/// Whether SIGINT, SIGTERM or SIGHUP arrived (after [`install`]).
 pub fn requested() -> bool {
     SIGNAL.load(Ordering::SeqCst) != 0
 }
 
-/// The first signal received, if any: [`SIGINT`] or [`SIGTERM`].
+/// The first signal received, if any: [`SIGINT`], [`SIGTERM`] or [`SIGHUP`].
 pub fn signal() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
         0 => None,
@@ -71,12 +72,7 @@ pub fn signal() -> Option<i32> {
 
 /// The name of the first signal received: `SIGINT`, `SIGTERM`, or `none`.
 pub fn signal_name() -> &'static str {
-    match signal() {
-        Some(SIGINT) => "SIGINT",
-        Some(SIGTERM) => "SIGTERM",
-        Some(_) => "a signal",
-        None => "none",
-    }
+    signal().map_or("none", name_of)
 }
 
 /// The exit status of an interrupted command: 128 + the signal's number (130 for SIGINT, 143
@@ -101,5 +97,14 @@ pub fn on_interrupt(wake: impl Fn() + Send + 'static + Clone) {
     // callback or is seen here (at worst both: a second wake-up is harmless).
     if requested() {
         wake();
+    }
+}
+
+/// The name of signal `sig` (one [`install`] catches).
+fn name_of(sig: i32) -> &'static str {
+    match sig {
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "SIGINT",
     }
 }

@@ -500,3 +500,27 @@ fn sigterm_to_a_server_disconnects_the_clients_waiting_for_their_turn() {
     let (_, rout, _) = running.finish(Duration::from_secs(60));
     assert_eq!(status_of(&report(&rout), "DISCONNECTED"), Some(0));
 }
+
+#[test]
+fn sighup_stops_a_client_as_sigterm_does_and_qp_lines_are_labelled() {
+    // A closed terminal (an ssh session gone) stops the run cleanly too: exit 129.
+    let (s, addr) = server(&["--once"]);
+    let c = client(
+        addr,
+        &["-C", "100000000", "-q", "2", "--per-iteration", "--json"],
+    );
+    Proc::line_where(&c.err, Duration::from_secs(30), |l| {
+        l.starts_with("qp 1: rnic-ping-")
+    })
+    .expect("no per-iteration line of QP 1");
+    c.signal("HUP");
+    let (code, out, err) = c.finish(Duration::from_secs(30));
+    assert_eq!(code, 129, "{out}\n{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["verdict"], "INTERRUPTED");
+    for r in v["reports"].as_array().unwrap() {
+        assert_eq!(r["interrupted"], "SIGHUP");
+        assert_eq!(status_of(r, "DISCONNECTED"), Some(0));
+    }
+    assert_eq!(s.finish(Duration::from_secs(30)).0, 0);
+}

@@ -17,6 +17,8 @@ pub struct Live {
     pub progress: bool,
     /// Print one line per iteration.
     pub per_iteration: bool,
+    /// Put before each per-iteration line (`qp N: ` for a `--qps` connection).
+    pub prefix: String,
     /// When the next progress line is due.
     next: Option<SimTime>,
     /// The time and iteration count of the last progress line (for the rate since).
@@ -31,6 +33,11 @@ impl Live {
             per_iteration,
             ..Live::default()
         }
+    }
+
+    /// The same, with `prefix` before each per-iteration line.
+    pub fn with_prefix(self, prefix: String) -> Live {
+        Live { prefix, ..self }
     }
 
     /// When the next progress line is due (`None` without `--progress`): a waiter wakes up
@@ -64,7 +71,7 @@ impl Live {
         }
         let mut err = std::io::stderr().lock();
         for l in lines {
-            let _ = writeln!(err, "{l}");
+            let _ = writeln!(err, "{}{l}", self.prefix);
         }
     }
 

@@ -140,7 +140,11 @@ impl<'a, N: PingNic> Session<'a, N> {
             path_mtu: None,
             interrupted: None,
             closing: false,
-            live: Live::new(side.progress, side.per_iteration),
+            live: Live::new(side.progress, side.per_iteration).with_prefix(
+                params
+                    .group
+                    .map_or(String::new(), |g| format!("qp {}: ", g.index)),
+            ),
             busy_ahead: None,
             ended_early: None,
         };
