@@ -58,19 +58,11 @@ impl WireMsg {
 
 /// The IBTA name of CM attribute `attr` (cm-spec §2.1), `"RC"` for 0.
 pub fn attr_name(attr: u16) -> &'static str {
-    match attr {
-        0 => "RC",
-        0x10 => "REQ",
-        0x11 => "MRA",
-        0x12 => "REJ",
-        0x13 => "REP",
-        0x14 => "RTU",
-        0x15 => "DREQ",
-        0x16 => "DREP",
-        0x17 => "SIDR_REQ",
-        0x18 => "SIDR_REP",
-        0x19 => "LAP",
-        0x1a => "APR",
-        _ => "MAD?",
+    // The CM's names (cm_core::wire::attribute_name), with RC packets and unknown MADs named
+    // as the World's traces always did.
+    match (attr, cm_core::wire::attribute_name(attr)) {
+        (0, _) => "RC",
+        (_, "unknown") => "MAD?",
+        (_, name) => name,
     }
 }
