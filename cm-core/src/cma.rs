@@ -118,6 +118,12 @@ impl Cma {
         &self.engine
     }
 
+    /// The engine, for what concerns only the IB CM's bookkeeping: change tracking and
+    /// snapshots of connections ([`CmEngine::track_changes`], [`CmEngine::take_changed`]).
+    pub fn engine_mut(&mut self) -> &mut CmEngine {
+        &mut self.engine
+    }
+
     /// MAD counters of the engine.
     pub fn counters(&self) -> &CmCounters {
         self.engine.counters()

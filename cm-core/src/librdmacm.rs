@@ -32,7 +32,7 @@ mod removal;
 mod sync;
 
 use crate::cma::Cma;
-use crate::engine::{CmConfig, CmCounters, CmEngine, IbCmState, QpAction};
+use crate::engine::{CmConfig, CmCounters, CmEngine, ConnSnapshot, IbCmId, IbCmState, QpAction};
 use crate::shared::{
     CmDevice, CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel, RdmaCmState,
 };
@@ -132,6 +132,19 @@ impl RdmaCm {
     /// The engine (read-only): IB CM states, counters, timers.
     pub fn engine(&self) -> &CmEngine {
         self.cma.engine()
+    }
+
+    /// Starts noting which connections change, for [`take_conn_changes`](Self::take_conn_changes)
+    /// (what `rnic exec`'s supervisor needs to finish them when the program dies;
+    /// [`CmEngine::track_changes`]).
+    pub fn track_conn_changes(&mut self, on: bool) {
+        self.cma.engine_mut().track_changes(on);
+    }
+
+    /// The connections changed since the last call, each with its snapshot now (`None`: gone);
+    /// see [`CmEngine::take_changed`].
+    pub fn take_conn_changes(&mut self) -> Vec<(IbCmId, Option<ConnSnapshot>)> {
+        self.cma.engine_mut().take_changed()
     }
 
     /// MAD counters of the engine.

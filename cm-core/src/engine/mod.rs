@@ -410,14 +410,20 @@ pub struct CmEngine {
     transmit: VecDeque<(Gid, [u8; MAD_SIZE])>,
     events: VecDeque<IbCmEvent>,
     counters: CmCounters,
+    /// Ids changed since [`CmEngine::take_changed`], while change tracking is on.
+    changed: Option<BTreeSet<IbCmId>>,
 }
 
-/// `self.conns.get_mut(&id)`, noting that the id's deadlines may change (see `TimerIndex`).
+/// `self.conns.get_mut(&id)`, noting that the id's deadlines may change (see `TimerIndex`) and
+/// that it may have changed (`CmEngine::take_changed`).
 /// A macro rather than a method so that only the `conns` and `timers` fields are borrowed.
 macro_rules! conn_mut {
     ($engine:ident, $id:expr) => {{
         let id: IbCmId = $id;
         $engine.timers.get_mut().touch(id);
+        if let Some(changed) = $engine.changed.as_mut() {
+            changed.insert(id);
+        }
         $engine.conns.get_mut(&id)
     }};
 }
@@ -429,6 +435,9 @@ mod log;
 mod receive;
 mod removal;
 mod send;
+mod snapshot;
+
+pub use snapshot::{ConnSnapshot, SNAPSHOT_LEN};
 
 use deadlines::TimerIndex;
 
@@ -459,6 +468,7 @@ impl CmEngine {
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
+            changed: None,
         };
         // Linux: random value chosen at module load XORed into every comm ID (cm-spec §2.9).
         e.comm_id_xor = e.next_random() as u32;
@@ -534,6 +544,7 @@ impl CmEngine {
             },
         );
         self.by_local.insert(local_comm_id, id);
+        self.note_changed(id);
         id
     }
 
@@ -739,6 +750,7 @@ impl CmEngine {
         self.remove_from_tables(id);
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
+            self.note_changed(id);
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);

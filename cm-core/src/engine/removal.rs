@@ -13,6 +13,7 @@ impl CmEngine {
         self.remove_from_tables(id);
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
+            self.note_changed(id);
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);
