@@ -170,7 +170,9 @@ fn run_explore(
                 "rnic explore: cannot catch SIGINT/SIGTERM ({e}): Ctrl-C loses the summary"
             ),
         }
-        explore::explore(&opts)
+        explore::explore_until(&opts, interrupt::requested, || {
+            interrupt::signal().map(|_| interrupt::signal_name().to_string())
+        })
     } else {
         let mut shards = Vec::new();
         for path in merge {
