@@ -130,7 +130,7 @@ mod hw {
 
     fn make_lib_dir() -> PathBuf {
         // (The newer copy: the one in deps/ is refreshed whenever the rnic binary is built.)
-        let lib = rnic_testbed::exec::find_library().expect("librnic.so next to the test binary");
+        let lib = rnic_cli::exec::find_library().expect("librnic.so next to the test binary");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("librnic-as-libibverbs");
         std::fs::create_dir_all(&dir).unwrap();
         for name in ["libibverbs.so.1", "librdmacm.so.1"] {

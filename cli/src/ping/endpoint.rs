@@ -3,11 +3,11 @@
 //! sessions that run at once.
 
 use super::app::DataPhase;
-use crate::host::{Host, Nic};
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmIdHandle};
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::SimNic;
+use rnic_testbed::host::{Host, Nic};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use verbs_core::{AsyncElement, AsyncEventType, Device, SimTime};

@@ -21,7 +21,7 @@
 //! Each baseline runs between this process and a second one: `rnic bench-peer tcp-sink ADDR`
 //! or `rnic bench-peer udp-echo ADDR`, which binds ADDR, prints `ready ADDR` and serves one
 //! round. The baselines, their peers and the table are `rnic bench`'s
-//! (`rnic_testbed::bench`). The perftest pairs run through
+//! (`rnic_cli::bench`). The perftest pairs run through
 //! `tests/tests/common_programs` (server on 127.0.N.1, client on 127.0.N.2, port 19000 + N),
 //! whose reports (both commands, both outputs) are printed as each run ends.
 //!
@@ -53,9 +53,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common_programs::{run_perftest, tools_available, Net, Perftest, RNIC};
-use rnic_testbed::bench::baseline::{tcp_stream, udp_pingpong};
-use rnic_testbed::bench::peer::{Peer, PeerRole};
-use rnic_testbed::bench::table::{render, render_rounds, Goal, Row};
+use rnic_cli::bench::baseline::{tcp_stream, udp_pingpong};
+use rnic_cli::bench::peer::{Peer, PeerRole};
+use rnic_cli::bench::table::{render, render_rounds, Goal, Row};
 
 /// The number of rounds of each measurement.
 const ROUNDS_ENV: &str = "RNIC_BENCH_ROUNDS";

@@ -1,12 +1,12 @@
 //! The `rnic` command-line tool.
 
 use clap::{Parser, Subcommand};
-use rnic_testbed::demo::{self, DemoOptions};
-use rnic_testbed::exec;
+use rnic_cli::demo::{self, DemoOptions};
+use rnic_cli::exec;
+use rnic_cli::flood;
+use rnic_cli::interrupt;
+use rnic_cli::ping::cli::{mtu, parse_mtu};
 use rnic_testbed::explore::{self, ExploreOptions, Summary};
-use rnic_testbed::flood;
-use rnic_testbed::interrupt;
-use rnic_testbed::ping::cli::{mtu, parse_mtu};
 use rnic_testbed::scenario;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,7 +64,7 @@ enum Command {
     /// rping over real UDP: `--listen ADDR` (server) or `--connect ADDR` (client), each with its
     /// own simulated RNIC; CM connect, WRITE/READ/SEND with every byte checked, disconnect with
     /// receives posted. Exits non-zero if a check fails.
-    Ping(rnic_testbed::ping::cli::PingArgs),
+    Ping(rnic_cli::ping::cli::PingArgs),
     /// A swarm over seeds: each seed draws its own faults (loss, duplication, reordering
     /// delays, partitions, crashes) and workload, runs on the deterministic World and is checked
     /// by the oracle (S1–S7, L1–L3). Prints a summary with the "sometimes" counters and the
@@ -105,13 +105,13 @@ enum Command {
     /// machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
     /// SEND round trip, CM connect rate, in-process WRITE, explore. Exits 0 when every
     /// measurement was made (goals met or not), 1 when one failed. docs/performance.md.
-    Bench(rnic_testbed::bench::BenchArgs),
+    Bench(rnic_cli::bench::BenchArgs),
     /// The far end of a `bench` baseline (a process of its own): binds, prints `ready ADDR`,
     /// serves one round, exits.
     #[command(hide = true)]
     BenchPeer {
         #[command(subcommand)]
-        role: rnic_testbed::bench::peer::PeerRole,
+        role: rnic_cli::bench::peer::PeerRole,
     },
     /// Re-runs one seed of `explore` and prints its trace, the oracle's verdict and the
     /// replay's trace hash; exits 1 if an invariant failed.
@@ -159,8 +159,8 @@ fn run_explore(
     let summary = if merge.is_empty() {
         // Ctrl-C keeps the report: the first SIGINT/SIGTERM stops handing out seeds, a second
         // one exits at once.
-        match rnic_testbed::interrupt::install() {
-            Ok(()) => rnic_testbed::interrupt::on_interrupt(|| {
+        match rnic_cli::interrupt::install() {
+            Ok(()) => rnic_cli::interrupt::on_interrupt(|| {
                 eprintln!(
                     "rnic explore: interrupted: finishing the seeds in progress, then the \
                      partial summary (again to exit at once)"
@@ -220,10 +220,10 @@ fn run_explore(
             i.resume.join("; ")
         );
     }
-    if rnic_testbed::interrupt::requested() {
+    if rnic_cli::interrupt::requested() {
         // Interrupted: 130 (SIGINT) or 143 (SIGTERM), as a shell reports a process the signal
         // killed, even when the last seeds were already running and the summary is whole.
-        ExitCode::from(rnic_testbed::interrupt::exit_status())
+        ExitCode::from(rnic_cli::interrupt::exit_status())
     } else if summary.passed() && !blind && !summary.partial {
         ExitCode::SUCCESS
     } else {
@@ -376,25 +376,25 @@ fn main() -> ExitCode {
             if let Err(e) = interrupt::install() {
                 eprintln!("rnic ping: cannot catch SIGINT/SIGTERM: {e}");
             }
-            ExitCode::from(rnic_testbed::ping::cli::main(&args))
+            ExitCode::from(rnic_cli::ping::cli::main(&args))
         }
         Command::Bench(args) => match std::env::current_exe() {
             Ok(rnic) => {
                 // On SIGINT/SIGTERM bench kills its processes and prints what it measured.
-                if let Err(e) = rnic_testbed::interrupt::install() {
+                if let Err(e) = rnic_cli::interrupt::install() {
                     eprintln!(
                         "rnic bench: cannot catch SIGINT/SIGTERM ({e}): Ctrl-C may leave its \
                          processes running"
                     );
                 }
-                ExitCode::from(rnic_testbed::bench::main(&args, &rnic))
+                ExitCode::from(rnic_cli::bench::main(&args, &rnic))
             }
             Err(e) => {
                 eprintln!("rnic bench: cannot find this program's path: {e}");
                 ExitCode::from(2)
             }
         },
-        Command::BenchPeer { role } => match rnic_testbed::bench::peer::serve(&role) {
+        Command::BenchPeer { role } => match rnic_cli::bench::peer::serve(&role) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("rnic bench-peer: {e}");

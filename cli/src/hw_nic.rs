@@ -1,4 +1,4 @@
-//! [`HwNic`]: a real RNIC ([`HwDevice`], libibverbs) as a [`Nic`] of a [`Host`](crate::host::Host).
+//! [`HwNic`]: a real RNIC ([`HwDevice`], libibverbs) as a [`Nic`] of a [`Host`](rnic_testbed::host::Host).
 //!
 //! The data moves through the device; the wire of this endpoint carries only the connection
 //! manager's MADs. On hardware the kernel owns QP1, so the MADs cannot go through the device's
@@ -11,7 +11,6 @@
 //! The device's completion and async events do not arrive on the socket: the driver waits
 //! for them with [`HwDevice::event_waiter`] and hands them in with [`HwNic::device_events`].
 
-use crate::host::Nic;
 use bytes::Bytes;
 use rnic_hw::HwDevice;
 use rnic_sim::fabric::Endpoint;
@@ -19,6 +18,7 @@ use rnic_sim::nic::{Capture, Captured, NicCounters};
 use rnic_sim::peers::PeerTable;
 use rnic_sim::roce::{decode_bytes, encode, Flow};
 use rnic_sim::{gsi_packet, gsi_payload, psn_add, GSI_QPN};
+use rnic_testbed::host::Nic;
 use std::net::SocketAddr;
 use verbs_core::{Error, Gid, GsiDatagram, SimTime};
 

@@ -6,7 +6,7 @@
 
 use super::report::upper_snake;
 use super::{PingOp, Role};
-use crate::host::{Host, Nic};
+use rnic_testbed::host::{Host, Nic};
 use std::collections::{BTreeMap, VecDeque};
 use verbs_core::{
     CqHandle, Device, Mr, Qp, RecvWr, SendFlags, SendWr, SimTime, WcStatus, WorkCompletion,

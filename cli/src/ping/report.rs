@@ -98,7 +98,7 @@ pub struct WireRecord {
     pub faults: FaultStats,
     /// Datagrams dropped because they came from a socket other than the one their sender's
     /// GID is routed to: another client on the peer's IP while this connection was served
-    /// ([`Host::pin_peer`](crate::host::Host::pin_peer)), or a forgery.
+    /// ([`Host::pin_peer`](rnic_testbed::host::Host::pin_peer)), or a forgery.
     pub other_client_drops: u64,
     /// CM MADs retransmitted (REQ, REP, DREQ … resent after a timeout).
     pub cm_retransmits: u64,

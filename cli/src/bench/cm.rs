@@ -17,13 +17,13 @@
 use super::baseline::Ready;
 use super::stats::per_second;
 use super::{verbs, BenchError};
-use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam, EventChannel};
 use cm_core::engine::CmConfig;
 use cm_core::wire::RdmaPortSpace;
 use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver, UdpHandle};
 use rnic_sim::nic::SimNic;
 use rnic_sim::{SimDevice, SimDeviceConfig};
+use rnic_testbed::host::Host;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};

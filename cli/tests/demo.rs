@@ -1,6 +1,6 @@
 //! The README's main job reflects real objects: its figures follow its options.
 
-use rnic_testbed::demo::{run, DemoOptions};
+use rnic_cli::demo::{run, DemoOptions};
 use verbs_core::Mtu;
 
 fn opts(size: u32, recvs: u32, mtu: Mtu) -> DemoOptions {

@@ -364,7 +364,7 @@ fn host_names_and_short_flags_work() {
 fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
     use cm_core::api::CmEventType;
     use cm_core::wire::RdmaPortSpace;
-    use rnic_testbed::ping::{Client, Node, Params, SideOptions, WireOptions};
+    use rnic_cli::ping::{Client, Node, Params, SideOptions, WireOptions};
     // A server of its own that rejects every request with a reason in words.
     let wire = WireOptions::default();
     let node = Node::<rnic_sim::nic::SimNic>::new(
@@ -392,10 +392,10 @@ fn a_rejected_client_names_the_rej_reason_and_the_servers_words() {
         let c = scope.spawn(|| {
             let mut c = Client::<rnic_sim::nic::SimNic>::bind(addr, &side, &wire).unwrap();
             let params = Params {
-                op: rnic_testbed::ping::PingOp::Send,
+                op: rnic_cli::ping::PingOp::Send,
                 count: 1,
                 size: 64,
-                disconnect_by: rnic_testbed::ping::DisconnectBy::Client,
+                disconnect_by: rnic_cli::ping::DisconnectBy::Client,
                 duration: None,
                 group: None,
             };

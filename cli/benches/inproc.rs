@@ -1,5 +1,5 @@
 //! Criterion's view of `rnic bench --only inproc`: the same in-process 64 KiB RDMA WRITE
-//! (`rnic_testbed::bench::inproc::WritePair`, ICRC checked, path MTU 4096) and the same
+//! (`rnic_cli::bench::inproc::WritePair`, ICRC checked, path MTU 4096) and the same
 //! page-aligned memcpy baselines (`AlignedBuf`), with criterion's statistics instead of the
 //! CLI's own timing — a cross-check of the table's in-process rows.
 //!
@@ -15,8 +15,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rnic_testbed::bench::baseline::AlignedBuf;
-use rnic_testbed::bench::inproc::WritePair;
+use rnic_cli::bench::baseline::AlignedBuf;
+use rnic_cli::bench::inproc::WritePair;
 
 const WRITE_LEN: usize = 64 * 1024;
 const MEMCPY_BIG: usize = 64 << 20;

@@ -5,14 +5,14 @@
 //! the OS. The two socket addresses are exchanged over the child's stdin/stdout, then a `READY`
 //! line says the server listens; everything else goes through the CM.
 //!
-//! The node ([`CmNode`]) is the library's (`rnic_testbed::bench::cm`): `rnic bench --only cm`
+//! The node ([`CmNode`]) is the library's (`rnic_cli::bench::cm`): `rnic bench --only cm`
 //! measures the connect/disconnect rate of the CM between two processes on it, next to TCP
 //! connect/close (docs/performance.md).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
 use cm_core::api::{CmEventType, RdmaCmState};
-use rnic_testbed::bench::cm::{CmNode, CM_PORT, WAIT};
+use rnic_cli::bench::cm::{CmNode, CM_PORT, WAIT};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -10,7 +10,6 @@ use super::nic::{DeviceWaker, PingNic};
 use super::report::WireRecord;
 use super::wire::FaultyEndpoint;
 use super::{PingError, WireOptions};
-use crate::host::Host;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
 use cm_core::engine::{CmConfig, IbCmState};
 use rnic_hw::HwOptions;
@@ -19,6 +18,7 @@ use rnic_sim::fabric::udp::{
 };
 use rnic_sim::nic::SimNic;
 use rnic_sim::rng::Rng;
+use rnic_testbed::host::Host;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,12 +3,12 @@
 
 use super::node::PingEndpoint;
 use super::{PingError, WireOptions};
-use crate::host::Nic;
 use crate::hw_nic::HwNic;
 use rnic_hw::{EventWaiter, HwDevice, HwError, HwOptions};
 use rnic_sim::fabric::udp::UdpHandle;
 use rnic_sim::nic::{NicCounters, SimNic};
 use rnic_sim::{SimDevice, SimDeviceConfig};
+use rnic_testbed::host::Nic;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
