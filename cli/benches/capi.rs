@@ -1,7 +1,7 @@
 //! Unmodified perftest on `librnic.so`, each figure next to a baseline of what this machine's
 //! kernel does between two processes on loopback, measured in the same run. A benchmark run on
 //! demand, not a test: it checks that the programs ran and printed their tables (the harness
-//! of `tests/tests/capi_programs.rs` does), never how fast they were.
+//! of `cli/tests/capi_programs.rs` does), never how fast they were.
 //!
 //! | rnic (both sides under `rnic exec`, default MTU 1024) | baseline (kernel, `std::net`) |
 //! |---|---|
@@ -22,7 +22,7 @@
 //! or `rnic bench-peer udp-echo ADDR`, which binds ADDR, prints `ready ADDR` and serves one
 //! round. The baselines, their peers and the table are `rnic bench`'s
 //! (`rnic_cli::bench`). The perftest pairs run through
-//! `tests/tests/common_programs` (server on 127.0.N.1, client on 127.0.N.2, port 19000 + N),
+//! `cli/tests/common_programs` (server on 127.0.N.1, client on 127.0.N.2, port 19000 + N),
 //! whose reports (both commands, both outputs) are printed as each run ends.
 //!
 //! Addresses: `ib_write_bw` 127.0.60.1/.2 (port 19060) and the TCP sink 127.0.60.3:19160;
@@ -31,8 +31,8 @@
 //!
 //! Run (release profile; perftest from the Debian package `perftest`):
 //!
-//!     cargo bench -p rnic-testbed --bench capi
-//!     RNIC_BENCH_ROUNDS=3 cargo bench -p rnic-testbed --bench capi
+//!     cargo bench -p rnic-cli --bench capi
+//!     RNIC_BENCH_ROUNDS=3 cargo bench -p rnic-cli --bench capi
 //!
 //! Without perftest (or without `librnic.so` beside `rnic`) it prints `SKIP …` and exits 0,
 //! unless `RNIC_REQUIRE_RDMA_TOOLS` is set. librnic's own variables (`RNIC_MTU`, …) set for

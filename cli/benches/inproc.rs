@@ -3,7 +3,7 @@
 //! page-aligned memcpy baselines (`AlignedBuf`), with criterion's statistics instead of the
 //! CLI's own timing — a cross-check of the table's in-process rows.
 //!
-//! Run: `cargo bench -p rnic-testbed --bench inproc -- --warm-up-time 1 --measurement-time 3`.
+//! Run: `cargo bench -p rnic-cli --bench inproc -- --warm-up-time 1 --measurement-time 3`.
 //! (`rnic-sim/benches/transport.rs` has the data path's variants: ICRC off, `Simulation`,
 //! 64-byte SENDs.)
 

@@ -1,4 +1,7 @@
-//! The `rnic` command-line tool.
+//! The `rnic` command-line tool: parses the command line and runs a subcommand — `demo`,
+//! `ping`, `exec`, `flood`, `bench` from this crate's library (`rnic_cli`), `explore` and
+//! `replay` from the deterministic testbed (`rnic_testbed`) — with SIGINT/SIGTERM handling
+//! ([`rnic_cli::interrupt`]) and logging on stderr (`-v`, `RUST_LOG`).
 
 use clap::{Parser, Subcommand};
 use rnic_cli::demo::{self, DemoOptions};

@@ -22,7 +22,7 @@
 //!
 //! Run one test, with both programs' outputs shown:
 //!
-//!     cargo test -p rnic-testbed --test capi_programs rping -- --nocapture
+//!     cargo test -p rnic-cli --test capi_programs rping -- --nocapture
 //!
 //! Environment:
 //! * `RNIC_REQUIRE_RDMA_TOOLS=1` (CI): a missing program or librnic.so fails the test instead

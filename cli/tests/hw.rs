@@ -9,7 +9,7 @@
 //! `RNIC_HW_IP`, else the device's first RoCEv2 IPv4 GID) the same tests run on that device
 //! instead (docs/hardware.md).
 //!
-//!     cargo test -p rnic-testbed --features hw --test hw
+//!     cargo test -p rnic-cli --features hw --test hw
 //!
 //! Without the feature, only the answer to `--device` is checked: a clear error.
 

@@ -6,7 +6,7 @@
 //! Also here, `#[ignore]`d: the latency/throughput benchmark next to a plain UDP ping-pong and
 //! qperf (docs/performance.md):
 //!
-//!     cargo test --release -p rnic-testbed --test ping -- --ignored --nocapture
+//!     cargo test --release -p rnic-cli --test ping -- --ignored --nocapture
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
@@ -719,7 +719,7 @@ fn tool(cmd: &str, args: &[&str]) -> Option<String> {
 /// be shared, so latency is measured in alternating rounds and the best median of each is
 /// compared. Prints the figures; asserts only the 3× latency target.
 #[test]
-#[ignore = "benchmark: cargo test --release -p rnic-testbed --test ping -- --ignored --nocapture"]
+#[ignore = "benchmark: cargo test --release -p rnic-cli --test ping -- --ignored --nocapture"]
 fn bench_ping_latency_and_write_throughput_vs_udp_and_qperf() {
     const N: usize = 10_000;
     const ROUNDS: usize = 3;

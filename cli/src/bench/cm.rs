@@ -2,7 +2,7 @@
 //! [`CmNode`] is one process's side (a [`Host`] — SimNic + RdmaCm — on a `UdpDriver`, driven
 //! from the caller's thread through `UdpHandle::with` / `wait_until`); [`serve_cycles`] is the
 //! server process (`rnic bench-peer cm-server`), [`connect_disconnect`] the measuring client.
-//! `tests/tests/cm_udp.rs` builds its two-process tests on the same node.
+//! `cli/tests/cm_udp.rs` builds its two-process tests on the same node.
 //!
 //! One cycle, on the client: `create_id` → `resolve_addr` → `resolve_route` → `create_qp` →
 //! `connect` → ESTABLISHED → `disconnect` → DISCONNECTED → `destroy_qp` + `destroy_id`; the

@@ -21,7 +21,7 @@
 //! reaps its processes ([`process::kill_all`]), prints the table of the rounds finished so far
 //! marked PARTIAL, and returns 130 or 143.
 //!
-//! The capi bench (`tests/benches/capi.rs`) uses the same baselines and peers.
+//! The capi bench (`cli/benches/capi.rs`) uses the same baselines and peers.
 
 pub mod baseline;
 pub mod cm;

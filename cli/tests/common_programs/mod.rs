@@ -2,7 +2,7 @@
 //! a server and a client, each on a simulated RNIC of its own through `rnic exec`, and parsers
 //! of their result lines.
 //!
-//! Used by `tests/tests/capi_programs.rs`; a benchmark can reuse it with
+//! Used by `cli/tests/capi_programs.rs`; a benchmark can reuse it with
 //! `#[path = "../tests/common_programs/mod.rs"] mod common_programs;` (it needs only
 //! `env!("CARGO_BIN_EXE_rnic")`, which cargo sets for benches as for integration tests).
 //!

@@ -1,5 +1,5 @@
 //! `--drop-rate P --seed S` that replays, and `--pcap` written as it goes: two-process tests
-//! of the fault layer (`tests/src/ping/wire.rs`) and the capture (`tests/src/ping/capture.rs`).
+//! of the fault layer (`cli/src/ping/wire.rs`) and the capture (`cli/src/ping/capture.rs`).
 
 mod pcap;
 

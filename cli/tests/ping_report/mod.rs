@@ -1,5 +1,5 @@
 //! Reading `rnic ping --json` output in tests: the report object and its CM events. Shared by
-//! `tests/tests/ping.rs` (the simulated RNIC) and `tests/tests/hw.rs` (`--device`).
+//! `cli/tests/ping.rs` (the simulated RNIC) and `cli/tests/hw.rs` (`--device`).
 
 #![allow(clippy::unwrap_used, dead_code)] // test helpers; each test file uses some
 

@@ -1,7 +1,7 @@
 //! Signalling a running `rnic` process in tests: start it with its output piped, wait (with a
 //! deadline, polling) until it is busy or has children, send SIGINT/SIGTERM, collect its
-//! output. Linux `/proc` only. Shared by `tests/tests/explore_cli.rs` and
-//! `tests/tests/bench_cli.rs`.
+//! output. Linux `/proc` only. Shared by `cli/tests/explore_cli.rs` and
+//! `cli/tests/bench_cli.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 // test helpers; each file uses some
