@@ -110,7 +110,7 @@ pub enum AsyncOn {
     Qp(u32),
     /// One of the host's two CQs.
     Cq(Queue),
-    /// The host's SRQ ([`HostApp::srq`](super::HostApp)).
+    /// The host's SRQ ([`HostApp::srq`](crate::world::HostApp)).
     Srq,
     /// The whole device.
     Device,

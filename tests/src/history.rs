@@ -1,9 +1,22 @@
-//! The recorded [`History`] and its hash ([`WordHash`] over the records' integer encoding).
+//! The recorded [`History`] and its hash ([`WordHash`] over the records' integer encoding),
+//! with the types of its records: [`Record`] and [`Entry`] (`record`), [`Fault`], the
+//! [`Call`]s, [`Op`]s and [`Queue`]s of the application (`ops`) and the datagrams as kept
+//! ([`WireMsg`]).
+//!
+//! A leaf of the testbed: the [`World`](crate::world::World) records a history, the
+//! [`oracle`](crate::oracle) checks one, and neither is named here (the World re-exports
+//! these types, `rnic_testbed::world::Record` is this module's [`Record`]).
 
-use super::fault::Fault;
-use super::ops::Call;
-use super::record::{AsyncOn, Entry, Record};
-use super::wire::WireMsg;
+mod fault;
+mod ops;
+mod record;
+mod wire;
+
+pub use fault::Fault;
+pub use ops::{Call, Op, Queue, SRQ_QPN};
+pub use record::{AsyncOn, Entry, Record};
+pub use wire::{attr_name, WireMsg};
+
 use verbs_core::SimTime;
 
 /// The recorded history of a World: every host's records in one append-only list, in
@@ -23,7 +36,7 @@ pub struct History {
     /// Hostile hosts ([`World::set_hostile`]): the oracle skips their records and takes nothing
     /// they sent as a peer's doing.
     ///
-    /// [`World::set_hostile`]: super::World::set_hostile
+    /// [`World::set_hostile`]: crate::world::World::set_hostile
     pub hostile: Vec<bool>,
 }
 
@@ -46,7 +59,7 @@ impl History {
     }
 
     /// [`hash`](Self::hash) from `h`, the hash of the entries.
-    pub(super) fn finish_hash(&self, mut h: WordHash) -> u64 {
+    pub(crate) fn finish_hash(&self, mut h: WordHash) -> u64 {
         for &n in &self.rc_packets {
             h.write_u64(n);
         }
@@ -103,7 +116,7 @@ fn hash_wire(h: &mut WordHash, m: &WireMsg) {
     h.write_u16(m.reason);
 }
 
-pub(super) fn hash_entry(h: &mut WordHash, e: &Entry) {
+pub(crate) fn hash_entry(h: &mut WordHash, e: &Entry) {
     h.write_u64(e.at.as_nanos());
     h.write_u8(e.host);
     h.write_u8(e.epoch);

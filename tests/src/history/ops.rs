@@ -1,5 +1,5 @@
-//! What a scenario asks of the World: the queues, WR operations and API calls it records, and
-//! how an application treats its CM events.
+//! What the World did on an application's behalf, as its history records it: the queues, WR
+//! operations and API calls, and the QPN of receives posted to an SRQ.
 
 use cm_core::api::CmEventType;
 
@@ -81,7 +81,7 @@ pub enum Call {
         n: u32,
     },
     /// `rdma_notify(id, IBV_EVENT_COMM_EST)` on passive id `id`, answering the COMM_EST of
-    /// its QP ([`HostApp::notify_on_comm_est`](super::HostApp)).
+    /// its QP ([`HostApp::notify_on_comm_est`](crate::world::HostApp)).
     Notify {
         /// The passive id.
         id: u32,
@@ -93,16 +93,10 @@ pub enum Call {
     },
 }
 
-/// How a host's application treats its CM events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventMode {
-    /// Reads every event at once and acks it at once.
-    AckAtOnce,
-    /// Reads at once, acks `ns` later (destroy meanwhile returns EBUSY).
-    AckAfter(u64),
-    /// Reads, never acks.
-    NeverAck,
-    /// Never reads events (they stay queued; not recorded). librdmacm's fetch-time work never
-    /// happens either: an active QP stays in INIT, no RTU leaves, a REJECTED leaves the QP alone.
-    NeverRead,
-}
+/// The QPN a receive posted to a host's SRQ is recorded under ([`Record::Posted`],
+/// [`Call::Post`]): above every 24-bit QPN, so it names no QP. Its completion names the QP
+/// that took it.
+///
+/// [`Record::Posted`]: super::Record::Posted
+/// [`Call::Post`]: Call::Post
+pub const SRQ_QPN: u32 = 1 << 24;

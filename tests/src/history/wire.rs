@@ -4,7 +4,7 @@ use rnic_sim::GSI_QPN;
 
 /// A datagram as the history keeps it: the CM attribute and key fields of a MAD, or attribute
 /// 0 for any other (RC) packet — whose other fields are 0, except for a packet
-/// [injected](super::World::inject): destination QPN, PSN, opcode.
+/// [injected](crate::world::World::inject): destination QPN, PSN, opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WireMsg {
     /// CM attribute ID (REQ 0x10 … DREP 0x16, cm-spec §2.1); 0 for RC packets.

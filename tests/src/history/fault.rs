@@ -24,7 +24,7 @@ pub enum Fault {
         /// What it was (as read from the damaged bytes).
         msg: WireMsg,
     },
-    /// A targeted fault ([`MsgFault`](super::MsgFault)) dropped this message the host sent,
+    /// A targeted fault ([`MsgFault`](crate::world::MsgFault)) dropped this message the host sent,
     /// the `nth` of its kind in this life, before it entered the network.
     TargetedDrop {
         /// What it was.
@@ -48,7 +48,7 @@ pub enum Fault {
         /// Restart time in ns.
         restart_ns: Option<u64>,
     },
-    /// The host's device was removed ([`World::remove_device`](super::World::remove_device)):
+    /// The host's device was removed ([`World::remove_device`](crate::world::World::remove_device)):
     /// `SimDevice::remove` then `RdmaCm::device_removal`. `rc_sent` is the number of RC
     /// packets the host had sent until then ([`History::rc_packets`](super::History)): it
     /// sends none afterwards.
@@ -57,6 +57,6 @@ pub enum Fault {
         rc_sent: u64,
     },
     /// The hardware address under the host's CM changed
-    /// ([`World::address_change`](super::World::address_change)): `RdmaCm::address_change`.
+    /// ([`World::address_change`](crate::world::World::address_change)): `RdmaCm::address_change`.
     AddressChange,
 }
