@@ -1,8 +1,9 @@
-//! [`PingHost`]: the endpoint a ping node's UDP driver runs (behind the fault layer): the
-//! host, the [`DataPhase`] of every connection in its data phase, and the mailboxes of the
-//! sessions that run at once.
+//! [`PingHost`]: the endpoint a ping node's UDP driver runs (behind the fault layer:
+//! [`PingEndpoint`]): the host, the [`DataPhase`] of every connection in its data phase, and
+//! the mailboxes of the sessions that run at once.
 
 use super::app::DataPhase;
+use super::wire::FaultyEndpoint;
 use bytes::Bytes;
 use cm_core::api::{CmEvent, CmIdHandle};
 use rnic_sim::fabric::Endpoint;
@@ -11,6 +12,9 @@ use rnic_testbed::host::{Host, Nic};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use verbs_core::{AsyncElement, AsyncEventType, Device, SimTime};
+
+/// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
+pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
 
 /// A [`Host`] with the ping application's [`DataPhase`]s attached while they run (one per
 /// connection: `--qps` runs several at once): the endpoint the UDP driver runs (behind the

@@ -16,8 +16,7 @@
 
 use super::endpoint::PingHost;
 use super::nic::PingNic;
-use super::params::Params;
-use super::session::conn_param;
+use super::params::{conn_param, Params};
 use super::wire::FaultyEndpoint;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, ConnParam};
 use cm_core::engine::IbCmId;

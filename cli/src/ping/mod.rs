@@ -23,6 +23,7 @@ pub mod endpoint;
 pub mod lobby;
 pub mod nic;
 pub mod node;
+pub mod node_config;
 pub mod params;
 pub mod report;
 pub mod session;
@@ -167,8 +168,8 @@ pub struct WireOptions {
     /// Probability of dropping each datagram, in either direction (`--drop-rate`, 0 ..= 1).
     pub drop_rate: f64,
     /// The seed (`--seed`; `rnic ping` draws one from the OS without it): with the node's
-    /// socket address it seeds the CM's identifiers ([`node::cm_config`]) and the simulated
-    /// RNIC's ([`node::device_seed`]); alone, the drop decisions. [`Default`] gives 1, for
+    /// socket address it seeds the CM's identifiers ([`node_config::cm_config`]) and the simulated
+    /// RNIC's ([`node_config::device_seed`]); alone, the drop decisions. [`Default`] gives 1, for
     /// tests in one process; a driver facing a network should use
     /// [`os_seed`](rnic_sim::fabric::udp::os_seed).
     pub seed: u64,
@@ -499,7 +500,7 @@ impl<N: PingNic> Client<N> {
 
     /// [`bind`](Self::bind), on the socket `local` if given (`--bind`, rping's `-I`; port 0
     /// for any): with a fixed address (and `--seed`) the identifiers repeat from run to run
-    /// ([`node::cm_config`]). On the simulated RNIC `local`'s IP must differ from the
+    /// ([`node_config::cm_config`]). On the simulated RNIC `local`'s IP must differ from the
     /// server's (each RNIC's GID is its IP).
     ///
     /// # Errors

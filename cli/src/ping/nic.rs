@@ -1,7 +1,7 @@
 //! The NICs `rnic ping` runs on: the simulated RNIC (the default) or a hardware RNIC through
 //! libibverbs (`--device`, feature `hw`; docs/hardware.md).
 
-use super::node::PingEndpoint;
+use super::endpoint::PingEndpoint;
 use super::{PingError, WireOptions};
 use crate::hw_nic::HwNic;
 use rnic_hw::{EventWaiter, HwDevice, HwError, HwOptions};
@@ -97,7 +97,7 @@ impl PingNic for SimNic {
         }
         let mut dcfg = SimDeviceConfig::new(name, Gid::from_ip(addr.ip()));
         dcfg.active_mtu = wire.mtu;
-        dcfg.seed = super::node::device_seed(addr, wire);
+        dcfg.seed = super::node_config::device_seed(addr, wire);
         Ok(SimNic::new(SimDevice::new(dcfg), addr))
     }
 

@@ -4,9 +4,10 @@
 //! session after another.
 
 use super::capture::CaptureSink;
-use super::endpoint::PingHost;
+use super::endpoint::{PingEndpoint, PingHost};
 use super::lobby::{Candidate, Ctx, Lobby, Refusal};
 use super::nic::{DeviceWaker, PingNic};
+use super::node_config::cm_config;
 use super::report::WireRecord;
 use super::wire::FaultyEndpoint;
 use super::{PingError, WireOptions};
@@ -37,45 +38,8 @@ pub const MAX_DEFERRED: usize = 8;
 /// room more often than behind a backlog of a few.
 pub const LISTEN_BACKLOG: u32 = 1024;
 
-/// The endpoint a ping node runs on its UDP driver: the host behind the fault layer.
-pub type PingEndpoint<N = SimNic> = FaultyEndpoint<PingHost<N>>;
-
-/// [`Rng::fork`] label of the simulated RNIC's seed ("dev").
-const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
-
 /// [`Rng::fork`] label of the drop decisions' seed ("drop").
 const DROP_SEED_STREAM: u64 = 0x6472_6f70;
-
-/// The CM configuration of a node at `addr`: a CA GUID unique to the socket (two processes on
-/// one IP differ by port), a seed from the socket and `w.seed` (unguessable when `w.seed` is,
-/// distinct for two nodes of one process), Linux timers or short ones (`--fast-timers`).
-pub fn cm_config(addr: SocketAddr, w: &WireOptions) -> CmConfig {
-    let ip = match addr.ip() {
-        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
-        std::net::IpAddr::V6(v6) => (u128::from(v6) & 0xffff_ffff) as u64,
-    };
-    let unique = (ip << 16) | u64::from(addr.port());
-    let cfg = CmConfig {
-        ca_guid: 0x0002_c900_0000_0000 | (unique & 0xffff_ffff_ffff),
-        seed: unique.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w.seed,
-        path_mtu: w.mtu,
-        ..CmConfig::default()
-    };
-    if w.fast_timers {
-        cfg.with_fast_timers()
-    } else {
-        cfg
-    }
-}
-
-/// The [`SimDeviceConfig::seed`](rnic_sim::SimDeviceConfig::seed) of a node at `addr`: a fork
-/// of its CM seed ([`cm_config`]), so its QPNs, keys and MR addresses are as unguessable as
-/// `w.seed`, and two nodes of one process differ.
-pub fn device_seed(addr: SocketAddr, w: &WireOptions) -> u64 {
-    Rng::new(cm_config(addr, w).seed)
-        .fork(DEVICE_SEED_STREAM)
-        .key()
-}
 
 /// A host (a NIC + RdmaCm) behind the fault layer, running on a real UDP socket: the
 /// simulated RNIC by default, or a hardware RNIC whose events a second thread waits for

@@ -1,7 +1,9 @@
 //! [`Params`]: what a ping client asks for, carried in its REQ's private data, and the magic
-//! bytes that also mark the buffer-info message.
+//! bytes that also mark the buffer-info message; the rdma_cm connection parameters both sides
+//! use ([`conn_param`]).
 
 use super::{DisconnectBy, PingOp};
+use cm_core::api::ConnParam;
 
 /// The connection parameters the client sends in the REQ's private data (16 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,4 +105,10 @@ impl Params {
             .contains(&size)
             .then_some((params, b[7] & 1 != 0))
     }
+}
+
+/// The connection parameters both sides use: one RDMA READ in flight, retry_cnt 7, RNR retry
+/// 7 (infinite).
+pub fn conn_param() -> ConnParam {
+    ConnParam::rping_defaults()
 }

@@ -12,11 +12,12 @@ mod live;
 mod verdict;
 
 use super::app::{compare, pattern, DataPhase, Layout, Ledger, Outcome, PeerInfo, Stop};
+use super::endpoint::PingEndpoint;
 use super::lobby::parse_busy;
 use super::lobby::Lobby;
 use super::nic::PingNic;
-use super::node::{Node, PingEndpoint};
-use super::params::{Params, MAGIC};
+use super::node::Node;
+use super::params::{conn_param, Params, MAGIC};
 use super::report::{
     upper_snake, CheckRecord, EventRecord, Latency, PingReport, QpStateRecord, Throughput,
     TimelineEntry,
@@ -774,10 +775,4 @@ fn peer_says(ev: &CmEvent) -> String {
         .map(|t| t.trim_end_matches('\0'))
         .filter(|t| !t.is_empty() && t.chars().all(|c| !c.is_control()))
         .map_or(String::new(), |t| format!(": the peer says \"{t}\""))
-}
-
-/// The connection parameters both sides use: one RDMA READ in flight, retry_cnt 7, RNR retry
-/// 7 (infinite).
-pub fn conn_param() -> ConnParam {
-    ConnParam::rping_defaults()
 }
