@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # The test profile: the same build the replay test uses (no second optimised build).
-cargo build --profile test -p rnic-testbed --bin rnic
+cargo build --profile test -p rnic-cli --bin rnic
 rnic=$target_dir/debug/rnic
 
 for seed in $(seq 1 200); do

@@ -1,6 +1,6 @@
 //! The C API's semantics, from C: small programs under `tests/c/`, compiled with `cc` against
 //! rdma-core's installed headers and run with `LD_PRELOAD=librnic.so`, check what real programs
-//! (perftest, rping, ucmatose, qperf in `tests/tests/capi_programs.rs`) rely on without pinning
+//! (perftest, rping, ucmatose, qperf in `cli/tests/capi_programs.rs`) rely on without pinning
 //! down — return conventions, file-descriptor channels, flushes, memory, teardown order — each
 //! against what rdma-core and Linux do (the C sources cite the lines).
 //!

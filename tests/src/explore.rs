@@ -12,10 +12,10 @@
 //! summary; [`Summary::merge`] (`rnic explore --merge a.json b.json …`) adds them up into the
 //! summary the whole range would have given (docs/explore.md).
 //!
-//! An interrupted run (SIGINT, SIGTERM: [`crate::interrupt`]) stops handing out seeds, lets
-//! every worker finish the seed it is on, and returns a partial summary: its campaign covers
-//! exactly the seeds run, and [`Summary::interruption`] lists the seeds left out with the
-//! commands that run them ([`partial`]).
+//! An interrupted run ([`explore_until`]: `rnic explore` stops on SIGINT or SIGTERM) stops
+//! handing out seeds, lets every worker finish the seed it is on, and returns a partial
+//! summary: its campaign covers exactly the seeds run, and [`Summary::interruption`] lists the
+//! seeds left out with the commands that run them ([`partial`]).
 //!
 //! This module is a driver: it starts threads and reads the wall clock (for the throughput
 //! figure only). The scenarios themselves never see either.
@@ -311,22 +311,25 @@ fn range_of(opts: &ExploreOptions) -> Range<u64> {
 
 /// Runs every seed of `opts.start..opts.start + opts.seeds` on `opts.jobs` threads and sums
 /// up what the oracle found; the campaign part of the result is the same for every `jobs`
-/// (only [`Timing`] differs). Stops early, with a partial summary, when SIGINT or SIGTERM
-/// arrives after [`crate::interrupt::install`]: [`explore_until`] with
-/// [`crate::interrupt::requested`].
+/// (only [`Timing`] differs). Never stops early: [`explore_until`] does.
 pub fn explore(opts: &ExploreOptions) -> Summary {
-    explore_until(opts, crate::interrupt::requested)
+    explore_until(opts, || false, || None)
 }
 
-/// [`explore`], stopping early when `stop` returns true. Workers take one seed at a time from
-/// a shared counter and call `stop` before taking each; a worker that sees true takes no more
-/// seeds, and every seed taken is run to its end. The summary then covers exactly the seeds
-/// run (`campaign.ranges`), is [`partial`](Summary::partial), and its
-/// [`interruption`](Summary::interruption) lists the seeds not run, with the signal that
-/// arrived ([`crate::interrupt::signal`]) if any. A run that `stop` did not cut short gives
-/// the same summary as [`explore`].
+/// [`explore`], stopping early when `stop` returns true (`rnic explore`: when SIGINT or
+/// SIGTERM arrived). Workers take one seed at a time from a shared counter and call `stop`
+/// before taking each; a worker that sees true takes no more seeds, and every seed taken is
+/// run to its end. The summary then covers exactly the seeds run (`campaign.ranges`), is
+/// [`partial`](Summary::partial), and its [`interruption`](Summary::interruption) lists the
+/// seeds not run, with the name of the signal that stopped the run (`"SIGINT"`), which
+/// `signal` gives when asked once at the end, if any. A run that `stop` did not cut short
+/// gives the same summary as [`explore`].
 #[allow(clippy::disallowed_methods)] // a driver: worker threads and the wall clock for Timing
-pub fn explore_until(opts: &ExploreOptions, stop: impl Fn() -> bool + Sync) -> Summary {
+pub fn explore_until(
+    opts: &ExploreOptions,
+    stop: impl Fn() -> bool + Sync,
+    signal: impl FnOnce() -> Option<String>,
+) -> Summary {
     let range = range_of(opts);
     let jobs = opts.jobs.max(1);
     let bar = if opts.progress {
@@ -385,8 +388,7 @@ pub fn explore_until(opts: &ExploreOptions, stop: impl Fn() -> bool + Sync) -> S
     let scenarios = tally.scenarios;
     let ran = partial::coalesce(ran);
     let requested = partial::coalesce(vec![[range.start, range.end]]);
-    let signal = crate::interrupt::signal().map(|_| crate::interrupt::signal_name().to_string());
-    let interruption = Interruption::of(&requested, &ran, signal, &opts.program);
+    let interruption = Interruption::of(&requested, &ran, signal(), &opts.program);
     Summary {
         format: SUMMARY_FORMAT,
         partial: interruption.is_some(),

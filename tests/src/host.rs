@@ -1,8 +1,8 @@
 //! [`Host`]: one machine — a NIC ([`SimNic`] by default, or any [`Nic`]) plus the [`RdmaCm`]
 //! that drives it — as a fabric [`Endpoint`], so the connection manager and the RNIC run
 //! together on the deterministic [`Simulation`](rnic_sim::fabric::Simulation) (or any other
-//! fabric driver). With a hardware NIC ([`crate::hw_nic::HwNic`]) the wire carries only the
-//! CM's MADs; the data moves through the real device.
+//! fabric driver). With a hardware NIC (`rnic_cli::hw_nic::HwNic`, the `rnic` tool's) the wire
+//! carries only the CM's MADs; the data moves through the real device.
 //!
 //! Datagrams from the wire go to the NIC; after every input (datagram or timeout) the host
 //! hands the MADs that arrived on QP1 to the CM ([`RdmaCm::poll_gsi`]), and the CM's own timers

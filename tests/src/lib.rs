@@ -1,23 +1,19 @@
 //! # rnic-testbed — the deterministic RDMA testbed
 //!
-//! Harness, oracle and the `rnic` command-line tool. [`demo`] is the README's main job; [`host`] puts the
-//! connection manager and the simulated RNIC together on the deterministic fabric. [`world`]
-//! runs hosts with recorded histories, [`scenario`] scripts and generates runs, [`oracle`]
-//! checks the disconnect invariants, [`explore`] runs seed swarms, [`ping`] is `rnic ping`
-//! (rping over real UDP between processes), [`exec`] is `rnic exec` (unmodified C programs on
-//! the simulated RNIC through `librnic.so`), [`bench`](mod@bench) is `rnic bench` (issue 13's
-//! ratio table: each figure against a baseline measured in the same run).
+//! Simulated hosts on a virtual-time fabric, and what checks them. [`host`] puts the connection
+//! manager and the simulated RNIC together on the deterministic fabric; [`world`] runs hosts
+//! and records their [`history`], [`oracle`] checks the disconnect invariants on a history,
+//! [`scenario`] scripts and generates runs (and replays one seed), [`explore`] runs seed
+//! swarms. Nothing here
+//! reads a clock or a socket for the runs themselves: same seed, same trace.
+//!
+//! The `rnic` command-line tool (`rnic explore`, `rnic replay`, and `demo`, `ping`, `exec`,
+//! `bench`, …) is the `rnic-cli` crate, which depends on this one.
 
-pub mod bench;
-pub mod demo;
-pub mod exec;
 pub mod explore;
-pub mod flood;
+pub mod history;
 pub mod host;
-pub mod hw_nic;
-pub mod interrupt;
 pub mod oracle;
-pub mod ping;
 pub mod scenario;
 pub mod world;
 

@@ -62,7 +62,7 @@
 //! * **L1–L3**: a host whose device was removed is exempt, as one that crashed. ADDR_CHANGE
 //!   changes no state: its ids are checked by every rule above exactly as without it.
 
-use crate::world::{Entry, Fault, History, Queue, Record, SRQ_QPN};
+use crate::history::{Entry, Fault, History, Queue, Record, SRQ_QPN};
 use cm_core::api::CmEventType as E;
 use cm_core::wire::{
     RejectReason, CM_DREP_ATTR_ID as DREP, CM_DREQ_ATTR_ID as DREQ, CM_MRA_ATTR_ID as MRA,
@@ -283,7 +283,7 @@ impl Checker {
         }
     }
 
-    fn wire(&mut self, e: &Entry, tx: bool, msg: crate::world::WireMsg) {
+    fn wire(&mut self, e: &Entry, tx: bool, msg: crate::history::WireMsg) {
         let hs = self.host(e.host);
         match (tx, msg.attr) {
             (true, DREQ) => *hs.dreq_tx.entry(msg.local_comm_id).or_default() += 1,

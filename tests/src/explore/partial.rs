@@ -235,9 +235,11 @@ mod tests {
     /// A run stopped after `n` seeds were handed out (`stop` is asked once before each).
     fn stopped_after(start: u64, seeds: u64, jobs: usize, n: u64) -> crate::explore::Summary {
         let asked = std::sync::atomic::AtomicU64::new(0);
-        crate::explore::explore_until(&opts(start, seeds, jobs), || {
-            asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= n
-        })
+        crate::explore::explore_until(
+            &opts(start, seeds, jobs),
+            || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= n,
+            || None,
+        )
     }
 
     #[test]

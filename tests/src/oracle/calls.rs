@@ -2,7 +2,7 @@
 //! call may return given the state the history shows, and what a successful call implies.
 
 use super::{Checker, Invariant};
-use crate::world::{Call, Entry, Op};
+use crate::history::{Call, Entry, Op};
 use cm_core::api::CmEventType as E;
 
 impl Checker {

@@ -4,7 +4,7 @@
 //! of `oracle.rs`.
 
 use super::{Checker, Invariant, Violation};
-use crate::world::{AsyncOn, Call, Entry, Fault, History, WireMsg};
+use crate::history::{AsyncOn, Call, Entry, Fault, History, WireMsg};
 use std::collections::BTreeSet;
 use verbs_core::{AsyncEventType as A, SimTime};
 

@@ -23,9 +23,9 @@ pub struct Sometimes {
     pub mra_sent: bool,
     /// An id got ESTABLISHED after its host had sent an MRA for it.
     pub mra_then_established: bool,
-    /// A targeted fault dropped a message ([`Fault::TargetedDrop`](crate::world::Fault)).
+    /// A targeted fault dropped a message ([`Fault::TargetedDrop`](crate::history::Fault)).
     pub targeted_drop: bool,
-    /// A targeted fault held a message back ([`Fault::Delayed`](crate::world::Fault)).
+    /// A targeted fault held a message back ([`Fault::Delayed`](crate::history::Fault)).
     pub targeted_delay: bool,
     /// An UNREACHABLE with status −110 (REQ or REP retries ran out) after a targeted fault
     /// dropped a REQ, REP or MRA.

@@ -1,6 +1,6 @@
 //! Each invariant: a hand-made orderly history passes; one change breaks exactly the rule.
 use super::*;
-use crate::world::{Call, Entry, Op, Record, WireMsg};
+use crate::history::{Call, Entry, Op, Record, WireMsg};
 use verbs_core::WcOpcode;
 
 const A: u32 = 0xa;

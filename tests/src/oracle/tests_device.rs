@@ -1,7 +1,7 @@
 //! The rules of `oracle/device_events.rs`: a hand-made history that breaks one rule is caught
 //! under its invariant; the same history without the break passes.
 use super::*;
-use crate::world::{AsyncOn, Call, Entry, Op, Record};
+use crate::history::{AsyncOn, Call, Entry, Op, Record};
 use verbs_core::AsyncEventType as A;
 
 const QPN: u32 = 0x11;
@@ -108,7 +108,7 @@ fn a_removed_host_sends_nothing() {
     let mad = Record::Wire {
         tx: true,
         peer: 1,
-        msg: crate::world::WireMsg {
+        msg: crate::history::WireMsg {
             attr: cm_core::wire::CM_DREQ_ATTR_ID,
             ..Default::default()
         },

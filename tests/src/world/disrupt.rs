@@ -3,7 +3,7 @@
 //!
 //! A new kind of fault plugs in here: a `World` method that changes the simulation now (or
 //! schedules it in the fabric's plan), records a [`Fault`] variant for the history (with its
-//! text in `world/record.rs` and its hash tag in `world/history.rs`), and, for the generator,
+//! text in `history/record.rs` and its hash tag in `history.rs`), and, for the generator,
 //! an `Action` of `scenario/mod.rs` that calls it.
 
 use super::config::host_ip;

@@ -1,5 +1,6 @@
 //! Per-host application behaviours beyond the CM's timers ([`HostApp`]): receiving from a
-//! shared receive queue, and answering `IBV_EVENT_COMM_EST` with `rdma_notify`.
+//! shared receive queue, and answering `IBV_EVENT_COMM_EST` with `rdma_notify`; how an
+//! application treats its CM events ([`EventMode`]).
 
 /// How host `h`'s application is built ([`WorldConfig::host_app`](super::WorldConfig)); the
 /// default is the plain application (a receive queue per QP, COMM_EST recorded and ignored).
@@ -7,7 +8,8 @@
 pub struct HostApp {
     /// The host's QPs take their receives from one shared receive queue
     /// (`ibv_create_srq(3)`, `QpInitAttr::with_srq`): [`World::post_recvs`] on any of its
-    /// ends posts to the SRQ (`ibv_post_srq_recv`), recorded as posted to [`SRQ_QPN`].
+    /// ends posts to the SRQ (`ibv_post_srq_recv`), recorded as posted to
+    /// [`SRQ_QPN`](super::SRQ_QPN).
     ///
     /// [`World::post_recvs`]: super::World::post_recvs
     pub srq: bool,
@@ -21,10 +23,16 @@ pub struct HostApp {
     pub notify_on_comm_est: bool,
 }
 
-/// The QPN a receive posted to a host's SRQ is recorded under ([`Record::Posted`],
-/// [`Call::Post`]): above every 24-bit QPN, so it names no QP. Its completion names the QP
-/// that took it.
-///
-/// [`Record::Posted`]: super::Record::Posted
-/// [`Call::Post`]: super::Call::Post
-pub const SRQ_QPN: u32 = 1 << 24;
+/// How a host's application treats its CM events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventMode {
+    /// Reads every event at once and acks it at once.
+    AckAtOnce,
+    /// Reads at once, acks `ns` later (destroy meanwhile returns EBUSY).
+    AckAfter(u64),
+    /// Reads, never acks.
+    NeverAck,
+    /// Never reads events (they stay queued; not recorded). librdmacm's fetch-time work never
+    /// happens either: an active QP stays in INIT, no RTU leaves, a REJECTED leaves the QP alone.
+    NeverRead,
+}

@@ -57,40 +57,33 @@ mod config;
 mod conn;
 mod disrupt;
 mod error;
-mod fault;
 mod forge;
-mod history;
 mod host_app;
 mod inspect;
 mod node;
 mod observe;
-mod ops;
 mod payload;
 mod post;
-mod record;
 mod run;
 mod slots;
 mod targeted;
-mod wire;
 
+pub use crate::history::{
+    attr_name, AsyncOn, Call, Entry, Fault, History, Op, Queue, Record, WireMsg, WordHash, SRQ_QPN,
+};
 pub use config::{host_ip, HostCm, WorldConfig, CM_PORT, QUIESCE_LIMIT_NS, SLOTS, SLOT_BYTES};
 pub use conn::{Conn, End};
 pub use error::{Violations, WorldError};
-pub use fault::Fault;
 pub use forge::{
     forged_ack, forged_req, forged_send, forged_write, write_slot, FORGED_TID, FORGED_WORD,
 };
-pub use history::{History, WordHash};
-pub use host_app::{HostApp, SRQ_QPN};
+pub use host_app::{EventMode, HostApp};
 pub use node::Node;
-pub use ops::{Call, EventMode, Op, Queue};
 pub use payload::{payload_byte, payload_word};
-pub use record::{AsyncOn, Entry, Record};
 pub use targeted::{MsgAction, MsgFault, Occurrence};
-pub use wire::{attr_name, WireMsg};
 
+use crate::history::hash_entry;
 use cm_core::api::{CmEvent, CmEventType, CmIdHandle, EventChannel};
-use history::hash_entry;
 use node::new_node;
 use rnic_sim::fabric::{SimFabric, Simulation};
 use rnic_sim::nic::Captured;

@@ -2,7 +2,7 @@
 
 use super::config::{host_index, host_ip, WorldConfig};
 use super::targeted::{MsgAction, Rules};
-use super::wire::WireMsg;
+use super::WireMsg;
 use crate::host::Host;
 use bytes::Bytes;
 use rnic_sim::fabric::Endpoint;

@@ -20,7 +20,7 @@
 //! [`Fault::Delayed`]: super::Fault::Delayed
 //! [`World::heal`]: super::World::heal
 
-use super::wire::WireMsg;
+use super::WireMsg;
 
 /// Which occurrences of the chosen message a [`MsgFault`] hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
