@@ -1,4 +1,4 @@
-//! `rnic::abi` against rdma-core's own headers: a C probe, compiled with `cc` against
+//! `verbs_abi` against rdma-core's own headers: a C probe, compiled with `cc` against
 //! `<infiniband/verbs.h>`, `<infiniband/sa.h>`, `<infiniband/ib.h>` and `<rdma/rdma_cma.h>`,
 //! prints the size and alignment of every type, the offset and size of every field (nested
 //! ones included), the size and signedness of every enum type and the value of every constant
@@ -15,7 +15,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rnic::abi;
+use verbs_abi as abi;
 
 /// The headers the probe includes, by package: their absence means "not installed".
 const HEADERS: [(&str, &str); 2] = [
