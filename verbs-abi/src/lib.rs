@@ -8,7 +8,9 @@
 //! * `/usr/include/infiniband/verbs.h` → [`verbs`] (the `ibv_*` structs),
 //! * `/usr/include/rdma/rdma_cma.h`, `/usr/include/infiniband/sa.h` (`ibv_sa_path_rec`) and
 //!   `/usr/include/infiniband/ib.h` (`sockaddr_ib`) → [`cm`] (the `rdma_*` structs),
-//! * the constants of both, and the integer types of their enums → [`consts`].
+//! * the constants of both, and the integer types of their enums → [`consts`];
+//! * [`convert`]: the conversions between these structs and `verbs-core`'s types (pure field
+//!   mapping; what needs a pointer dereferenced or a union read stays in the FFI crates).
 //!
 //! All three are re-exported here: `verbs_abi::ibv_qp`, `verbs_abi::IBV_WR_SEND` are the paths to
 //! use (`rnic::abi::…` in `rnic-capi`, which re-exports this crate as `abi`).
@@ -95,6 +97,7 @@ macro_rules! c_constants {
 
 pub mod cm;
 pub mod consts;
+pub mod convert;
 pub mod verbs;
 
 pub use cm::*;

@@ -6,10 +6,11 @@
 //! Return convention: 0, or -1 with `errno`.
 
 use super::cm_sync::{complete_after, create_sync_id, only_kept_unacked, private_of, release_sync};
-use super::convert::*;
 use super::objects::{leak, registry, ChannelBox, IdBox};
+use super::raw::sockaddr_from_c;
 use super::verbs::cm_context;
 use super::{errno_of, fail, fail_null, guard, rt, unsupported};
+use crate::abi::convert::*;
 use crate::abi::*;
 use crate::runtime::Signal;
 use cm_core::api::{CmIdHandle, ConnParam};

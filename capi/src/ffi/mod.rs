@@ -9,7 +9,8 @@
 //! trusted to be one of those (or a buffer the C API says it must be), as libibverbs trusts it.
 //!
 //! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
-//! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
+//! as MR memory), [`raw`] (the C ↔ Rust conversions that need `unsafe`; the others are
+//! `verbs_abi::convert`'s), [`verbs`] (`ibv_*`: devices, contexts, PDs,
 //! MRs), [`async_event`] (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels,
 //! CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls),
 //! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`cm_sync`] (synchronous ids,
@@ -29,11 +30,11 @@ mod cm_event;
 mod cm_qp;
 mod cm_srq;
 mod cm_sync;
-mod convert;
 mod cq;
 mod memory;
 mod objects;
 mod qp;
+mod raw;
 mod srq;
 mod verbs;
 

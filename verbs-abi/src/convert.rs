@@ -1,10 +1,10 @@
-//! Conversions between the C structs of [`crate::abi`] and the Rust types of `verbs-core` and
-//! `cm-core`. Values are passed through unchanged: the enums and flag bits of `verbs-core` have
-//! rdma-core's numbers (a value `verbs-core` has no name for is `EINVAL`, as a provider refuses
-//! it). The callers turn pointers into references first; the only `unsafe` here reads unions
-//! and zeroes C structs.
+//! Conversions between the C structs of this crate and the Rust types of `verbs-core`. Values
+//! are passed through unchanged: the enums and flag bits of `verbs-core` have rdma-core's
+//! numbers (a value `verbs-core` has no name for is `EINVAL`, as a provider refuses it). The
+//! callers turn pointers into references and read unions first (both are `unsafe`, which this
+//! crate forbids): a conversion that needs a union member takes it as an argument.
 
-use crate::abi::*;
+use crate::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use verbs_core::{
     AccessFlags, AhAttr, DeviceAttr, Error, Gid, GlobalRoute, Mtu, PortAttr, QpAttr, QpAttrMask,
@@ -13,13 +13,6 @@ use verbs_core::{
 
 fn inval(what: &'static str) -> Error {
     Error::inval(what.to_string())
-}
-
-/// A `union ibv_gid` as a [`Gid`].
-pub fn gid_from_c(g: &ibv_gid) -> Gid {
-    // SAFETY: both members of `ibv_gid` are plain integers covering the same 16 bytes, so any
-    // bit pattern is a valid `raw`.
-    Gid(unsafe { g.raw })
 }
 
 /// A [`Gid`] as a `union ibv_gid`.
@@ -49,11 +42,11 @@ pub fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
     }
 }
 
-/// `struct ibv_ah_attr` as [`AhAttr`].
-pub fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
+/// `struct ibv_ah_attr` as [`AhAttr`]; `dgid` is `a.grh.dgid`, read by the caller (a union).
+pub fn ah_from_c(a: &ibv_ah_attr, dgid: Gid) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {
-            dgid: gid_from_c(&a.grh.dgid),
+            dgid,
             flow_label: a.grh.flow_label,
             sgid_index: a.grh.sgid_index,
             hop_limit: a.grh.hop_limit,
@@ -95,12 +88,17 @@ pub fn access_from_c(bits: u32) -> AccessFlags {
 }
 
 /// `struct ibv_qp_attr` + `attr_mask` as [`QpAttr`] + [`QpAttrMask`]. Fields outside the mask
-/// are not read (they may be garbage, as `ibv_modify_qp(3)` allows).
+/// are not read (they may be garbage, as `ibv_modify_qp(3)` allows); `dgid` is
+/// `a.ah_attr.grh.dgid`, read by the caller (a union), used only with `IBV_QP_AV`.
 ///
 /// # Errors
 /// `EINVAL` for a mask bit or an enum value `verbs-core` does not know (as a provider refuses
 /// them).
-pub fn qp_attr_from_c(a: &ibv_qp_attr, mask: u32) -> Result<(QpAttr, QpAttrMask), Error> {
+pub fn qp_attr_from_c(
+    a: &ibv_qp_attr,
+    mask: u32,
+    dgid: Gid,
+) -> Result<(QpAttr, QpAttrMask), Error> {
     let m = QpAttrMask::from_bits(mask).ok_or_else(|| inval("unsupported ibv_qp_attr_mask bit"))?;
     let mut q = QpAttr::default();
     let state = |v: u32| {
@@ -128,7 +126,7 @@ pub fn qp_attr_from_c(a: &ibv_qp_attr, mask: u32) -> Result<(QpAttr, QpAttrMask)
         q.cap = cap_from_c(&a.cap);
     }
     if m.contains(QpAttrMask::AV) {
-        q.ah_attr = ah_from_c(&a.ah_attr);
+        q.ah_attr = ah_from_c(&a.ah_attr, dgid);
     }
     q.qkey = a.qkey;
     q.rq_psn = a.rq_psn;
@@ -277,13 +275,6 @@ pub fn port_attr_to_c(p: &PortAttr, out: &mut ibv_port_attr) {
     out.link_layer = p.link_layer;
 }
 
-/// An all-zero `sockaddr_storage`.
-pub fn zeroed_storage() -> libc::sockaddr_storage {
-    // SAFETY: `sockaddr_storage` is plain integers and padding; all-zero is a valid value
-    // (AF_UNSPEC).
-    unsafe { std::mem::zeroed() }
-}
-
 /// `a` as a `struct sockaddr_in`.
 pub fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
@@ -306,25 +297,6 @@ pub fn sockaddr_in6(a: SocketAddrV6) -> libc::sockaddr_in6 {
             s6_addr: a.ip().octets(),
         },
         sin6_scope_id: a.scope_id(),
-    }
-}
-
-/// Reads the socket address at `sa` (`AF_INET` or `AF_INET6`).
-///
-/// # Safety
-/// `sa` is NULL or points to a `sockaddr` whose family's struct is readable in full.
-pub unsafe fn sockaddr_from_c(sa: *const libc::sockaddr) -> Option<SocketAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: non-NULL and readable as a `sockaddr` (caller); the family selects the struct,
-    // which the caller guarantees is readable in full.
-    unsafe {
-        match i32::from((*sa).sa_family) {
-            libc::AF_INET => Some(sockaddr_in_to_rust(&*(sa.cast::<libc::sockaddr_in>()))),
-            libc::AF_INET6 => Some(sockaddr_in6_to_rust(&*(sa.cast::<libc::sockaddr_in6>()))),
-            _ => None,
-        }
     }
 }
 
