@@ -598,7 +598,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
                 let (attr, mask) = a.attr_mask();
                 // SAFETY: as above.
                 unsafe {
-                    qp_attr_to_c(&attr, &mut *qp_attr);
+                    *qp_attr = qp_attr_to_c(&attr);
                     *qp_attr_mask = mask.bits() as c_int;
                 }
                 0

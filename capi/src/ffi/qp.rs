@@ -149,7 +149,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 // SAFETY: `attr` (and a non-NULL `init_attr`) are writable (ibv_query_qp(3));
                 // `qp`'s pointers are the ones it was created with.
                 unsafe {
-                    qp_attr_to_c(&a, &mut *attr);
+                    *attr = qp_attr_to_c(&a);
                     (*qp).state = a.qp_state as _;
                     if !init_attr.is_null() {
                         *init_attr = ibv_qp_init_attr {

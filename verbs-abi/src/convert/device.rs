@@ -1,7 +1,74 @@
-//! Device and port attributes.
+//! Device and port attributes, both ways: what librnic reports (`*_to_c`) and what a real
+//! device reports to the hardware backend (`*_from_c`, lenient: a value verbs-core has no name
+//! for never fails, each function says what it becomes).
 
 use crate::*;
-use verbs_core::{DeviceAttr, PortAttr};
+use verbs_core::{DeviceAttr, Mtu, PortAttr, PortState};
+
+/// A C `int` count as `u32` (a negative count, which no provider reports, reads as 0).
+fn count(v: libc::c_int) -> u32 {
+    u32::try_from(v).unwrap_or(0)
+}
+
+/// `enum ibv_mtu` as a device reports it, as [`Mtu`]; a value outside 1..=5 reads as the
+/// nearest MTU (0 as 256, above 5 as 4096).
+pub fn mtu_from_c(raw: ibv_mtu) -> Mtu {
+    match u8::try_from(raw).ok().and_then(Mtu::from_raw) {
+        Some(m) => m,
+        None if raw == 0 => Mtu::Mtu256,
+        None => Mtu::Mtu4096,
+    }
+}
+
+/// `struct ibv_device_attr` as [`DeviceAttr`]. The GUIDs, big-endian in C, become numbers;
+/// `fw_ver` is read up to its NUL (invalid UTF-8 replaced).
+pub fn device_attr_from_c(a: &ibv_device_attr) -> DeviceAttr {
+    let fw: Vec<u8> = a
+        .fw_ver
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    DeviceAttr {
+        fw_ver: String::from_utf8_lossy(&fw).into_owned(),
+        node_guid: u64::from_be(a.node_guid),
+        sys_image_guid: u64::from_be(a.sys_image_guid),
+        max_mr_size: a.max_mr_size,
+        vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        max_qp: count(a.max_qp),
+        max_qp_wr: count(a.max_qp_wr),
+        max_sge: count(a.max_sge),
+        max_cq: count(a.max_cq),
+        max_cqe: count(a.max_cqe),
+        max_mr: count(a.max_mr),
+        max_pd: count(a.max_pd),
+        max_qp_rd_atom: count(a.max_qp_rd_atom),
+        max_qp_init_rd_atom: count(a.max_qp_init_rd_atom),
+        max_srq: count(a.max_srq),
+        max_srq_wr: count(a.max_srq_wr),
+        max_srq_sge: count(a.max_srq_sge),
+        phys_port_cnt: a.phys_port_cnt,
+    }
+}
+
+/// `struct ibv_port_attr` as [`PortAttr`]; an unknown port state reads as `Nop` (0), an
+/// unknown MTU as in [`mtu_from_c`].
+pub fn port_attr_from_c(a: &ibv_port_attr) -> PortAttr {
+    PortAttr {
+        state: u8::try_from(a.state)
+            .ok()
+            .and_then(PortState::from_raw)
+            .unwrap_or(PortState::Nop),
+        max_mtu: mtu_from_c(a.max_mtu),
+        active_mtu: mtu_from_c(a.active_mtu),
+        gid_tbl_len: count(a.gid_tbl_len),
+        max_msg_sz: a.max_msg_sz,
+        pkey_tbl_len: a.pkey_tbl_len,
+        lid: a.lid,
+        link_layer: a.link_layer,
+    }
+}
 
 /// [`DeviceAttr`] into `struct ibv_device_attr`; limits the simulated RNIC does not have (SRQ,
 /// multicast, address handles beyond UD, …) are reported as rxe reports them where it matters

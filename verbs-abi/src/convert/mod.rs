@@ -17,3 +17,6 @@ pub use device::*;
 pub use qp::*;
 pub use sockaddr::*;
 pub use work::*;
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,13 @@
-//! Queue pairs: their capacities, address vectors, attributes and types.
+//! Queue pairs and shared receive queues: capacities, address vectors, attributes, types.
+//! What an application passes to librnic is read strictly (`EINVAL` for a value verbs-core
+//! does not name, as a provider refuses it); what a device reports to the hardware backend
+//! leniently ([`qp_attr_from_query`]).
 
+use super::device::mtu_from_c;
 use crate::*;
 use verbs_core::{
     AccessFlags, AhAttr, Error, Gid, GlobalRoute, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+    SrqAttr,
 };
 
 fn inval(what: &'static str) -> Error {
@@ -138,33 +143,91 @@ pub fn qp_attr_from_c(
     Ok((q, m))
 }
 
-/// [`QpAttr`] into `struct ibv_qp_attr` (`ibv_query_qp`); fields with no counterpart are 0.
-pub fn qp_attr_to_c(q: &QpAttr, out: &mut ibv_qp_attr) {
-    out.qp_state = q.qp_state as _;
-    out.cur_qp_state = q.cur_qp_state as _;
-    out.path_mtu = q.path_mtu as _;
-    out.path_mig_state = 0;
-    out.qkey = q.qkey;
-    out.rq_psn = q.rq_psn;
-    out.sq_psn = q.sq_psn;
-    out.dest_qp_num = q.dest_qp_num;
-    out.qp_access_flags = q.qp_access_flags.bits() as _;
-    out.cap = cap_to_c(&q.cap);
-    out.ah_attr = ah_to_c(&q.ah_attr);
-    out.pkey_index = q.pkey_index;
-    out.alt_pkey_index = 0;
-    out.en_sqd_async_notify = u8::from(q.en_sqd_async_notify);
-    out.sq_draining = u8::from(q.sq_draining);
-    out.max_rd_atomic = q.max_rd_atomic;
-    out.max_dest_rd_atomic = q.max_dest_rd_atomic;
-    out.min_rnr_timer = q.min_rnr_timer;
-    out.port_num = q.port_num;
-    out.timeout = q.timeout;
-    out.retry_cnt = q.retry_cnt;
-    out.rnr_retry = q.rnr_retry;
-    out.alt_port_num = 0;
-    out.alt_timeout = 0;
-    out.rate_limit = 0;
+/// [`QpAttr`] as `struct ibv_qp_attr`, every field (what librnic's `ibv_query_qp` reports, what
+/// the hardware backend passes to `ibv_modify_qp`); fields with no counterpart (`alt_*`,
+/// `path_mig_state`, `rate_limit`) are 0.
+pub fn qp_attr_to_c(q: &QpAttr) -> ibv_qp_attr {
+    ibv_qp_attr {
+        qp_state: ibv_qp_state::from(q.qp_state.raw()),
+        cur_qp_state: ibv_qp_state::from(q.cur_qp_state.raw()),
+        path_mtu: ibv_mtu::from(q.path_mtu.raw()),
+        path_mig_state: IBV_MIG_MIGRATED,
+        qkey: q.qkey,
+        rq_psn: q.rq_psn,
+        sq_psn: q.sq_psn,
+        dest_qp_num: q.dest_qp_num,
+        qp_access_flags: q.qp_access_flags.bits(),
+        cap: cap_to_c(&q.cap),
+        ah_attr: ah_to_c(&q.ah_attr),
+        alt_ah_attr: ah_to_c(&AhAttr::default()),
+        pkey_index: q.pkey_index,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: u8::from(q.en_sqd_async_notify),
+        sq_draining: u8::from(q.sq_draining),
+        max_rd_atomic: q.max_rd_atomic,
+        max_dest_rd_atomic: q.max_dest_rd_atomic,
+        min_rnr_timer: q.min_rnr_timer,
+        port_num: q.port_num,
+        timeout: q.timeout,
+        retry_cnt: q.retry_cnt,
+        rnr_retry: q.rnr_retry,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    }
+}
+
+/// `struct ibv_qp_attr` as a device's `ibv_query_qp` fills it, as [`QpAttr`], leniently: an
+/// unknown state reads as `Unknown` (7), an unknown MTU as in [`mtu_from_c`], access bits
+/// verbs-core does not name are dropped. `dgid` is `a.ah_attr.grh.dgid`, read by the caller (a
+/// union).
+pub fn qp_attr_from_query(a: &ibv_qp_attr, dgid: Gid) -> QpAttr {
+    let state = |v: ibv_qp_state| {
+        u8::try_from(v)
+            .ok()
+            .and_then(QpState::from_raw)
+            .unwrap_or(QpState::Unknown)
+    };
+    QpAttr {
+        qp_state: state(a.qp_state),
+        cur_qp_state: state(a.cur_qp_state),
+        path_mtu: mtu_from_c(a.path_mtu),
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: access_from_c(a.qp_access_flags),
+        cap: cap_from_c(&a.cap),
+        ah_attr: ah_from_c(&a.ah_attr, dgid),
+        pkey_index: a.pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify != 0,
+        sq_draining: a.sq_draining != 0,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+    }
+}
+
+/// [`SrqAttr`] as `struct ibv_srq_attr`.
+pub fn srq_attr_to_c(a: &SrqAttr) -> ibv_srq_attr {
+    ibv_srq_attr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// `struct ibv_srq_attr` as [`SrqAttr`].
+pub fn srq_attr_from_c(a: &ibv_srq_attr) -> SrqAttr {
+    SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
 }
 
 /// `enum ibv_qp_type` as [`QpType`].
