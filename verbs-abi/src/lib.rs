@@ -9,6 +9,8 @@
 //! * `/usr/include/rdma/rdma_cma.h`, `/usr/include/infiniband/sa.h` (`ibv_sa_path_rec`) and
 //!   `/usr/include/infiniband/ib.h` (`sockaddr_ib`) → [`cm`] (the `rdma_*` structs),
 //! * the constants of both, and the integer types of their enums → [`consts`];
+//! * [`functions`]: the prototypes of the libibverbs functions both directions use, as
+//!   function pointer types;
 //! * [`convert`]: the conversions between these structs and `verbs-core`'s types (pure field
 //!   mapping; what needs a pointer dereferenced or a union read stays in the FFI crates).
 //!
@@ -98,6 +100,7 @@ macro_rules! c_constants {
 pub mod cm;
 pub mod consts;
 pub mod convert;
+pub mod functions;
 pub mod verbs;
 
 pub use cm::*;

@@ -203,8 +203,9 @@ pub unsafe extern "C" fn ibv_query_device(
 pub unsafe extern "C" fn ibv_query_port(
     _context: *mut ibv_context,
     port_num: u8,
-    port_attr: *mut ibv_port_attr,
+    port_attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
+    let port_attr = port_attr.cast::<ibv_port_attr>();
     guard("ibv_query_port", libc::EIO, || {
         let r = match rt() {
             Ok(r) => r,

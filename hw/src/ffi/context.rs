@@ -58,13 +58,15 @@ impl Context {
 
     /// `ibv_query_port`: the exported function, as verbs.h's inline calls it for a context that
     /// is not extended (librnic's); on an extended one (rdma-core's providers) it fills the
-    /// same fields through the provider (see `Lib::ibv_query_port`).
+    /// same fields through the provider (see `library.rs`).
     pub(crate) fn query_port(&self, port: u8) -> Result<abi::ibv_port_attr, Error> {
         // SAFETY: `ibv_port_attr` is integers: all-zero is valid (and the compat path writes
         // only a prefix of it, so the rest must be initialised, as verbs.h's memset does).
         let mut attr: abi::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // The compat layout is a prefix of the full one (verbs.h's inline casts the same way).
+        let compat = (&raw mut attr).cast::<abi::_compat_ibv_port_attr>();
         // SAFETY: a live context and a writable, full-size `ibv_port_attr`.
-        let ret = unsafe { (self.lib.ibv_query_port)(self.as_ptr(), port, &mut attr) };
+        let ret = unsafe { (self.lib.ibv_query_port)(self.as_ptr(), port, compat) };
         check("ibv_query_port", ret).map(|()| attr)
     }
 
