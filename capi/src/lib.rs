@@ -5,13 +5,13 @@
 //! one simulated RNIC ([`rnic_sim::SimDevice`] + [`cm_core`]'s connection manager on the
 //! real-time UDP driver) under an unchanged binary. See `docs/capi.md`.
 //!
-//! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64, checked by
-//! `tests/layout.rs`), `ffi` (the `extern "C"` entry points: the only module with `unsafe`),
-//! `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
+//! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64: the crate
+//! `verbs-abi`, re-exported; its `tests/layout.rs` checks them), `ffi` (the `extern "C"` entry
+//! points: the only module with `unsafe`), `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
 //! [`config`] (the environment), [`calls`] (the C entry points called from safe Rust, in
 //! process: the fuzz target `capi_calls`; its `unsafe` is in `ffi`).
 
-pub mod abi;
+pub use verbs_abi as abi;
 pub mod config;
 #[allow(unsafe_code)] // the one module that may: see its docs
 mod ffi;

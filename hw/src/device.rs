@@ -1,12 +1,13 @@
 //! [`HwDevice`]: the [`Device`] and [`GsiEndpoint`] traits over libibverbs.
 
-use crate::convert::{self, Local};
 use crate::error::verbs_error;
 use crate::ffi::{self, Verbs};
+use crate::modify::{fill_local, Local};
 use crate::queue::BoundedQueue;
 use crate::{EventWaiter, HwError, HwOptions, MAD_SIZE, QUEUE_CAPACITY};
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
+use verbs_abi::convert;
 use verbs_core::{
     AccessFlags, AsyncEvent, CompChannel, CqHandle, CqNotifier, Device, DeviceAttr, Errno, Error,
     Gid, GsiDatagram, GsiEndpoint, Mr, MrHandle, PdHandle, PortAttr, PostError, Qp, QpAttr,
@@ -60,16 +61,17 @@ impl HwDevice {
     /// async fd non-blocking ([`HwDevice::event_fds`]).
     ///
     /// # Errors
-    /// [`HwError::NoLibrary`] when libibverbs.so.1 was not loaded at process start
-    /// (`ibv_get_device_list`: NULL, `EOPNOTSUPP`); [`HwError::NoDevice`] when it lists no
-    /// device (or fails otherwise, e.g. `ENOSYS` without kernel support);
+    /// [`HwError::NoLibrary`] when libibverbs.so.1 cannot be loaded (the first open loads it;
+    /// a failed load is tried again by the next) or lacks a function the backend calls;
+    /// [`HwError::NoDevice`] when it lists no device (`ibv_get_device_list` fails, e.g.
+    /// `ENOSYS` without kernel support, or returns an empty list);
     /// [`HwError::DeviceNotFound`] for an unknown name; [`HwError::NoActivePort`];
     /// [`HwError::NoRoceV2Gid`]; [`HwError::Verbs`] when a call fails (e.g. `EINVAL` for a
     /// `gid_index` past the table or above 255, `EACCES` opening the device).
     pub fn open(opts: &HwOptions) -> std::result::Result<HwDevice, HwError> {
         let o = ffi::open(opts)?;
         Ok(HwDevice {
-            device_attr: convert::device_attr(&o.device_attr),
+            device_attr: convert::device_attr_from_c(&o.device_attr),
             verbs: o.verbs,
             name: o.name,
             port: o.port,
@@ -172,7 +174,7 @@ impl HwDevice {
                 .context()
                 .query_port(self.port)
                 .ok()
-                .map(|p| convert::mtu(p.active_mtu))
+                .map(|p| convert::mtu_from_c(p.active_mtu))
         } else {
             None
         };
@@ -199,7 +201,7 @@ impl Device for HwDevice {
             return Err(Error::inval(format!("no port {port_num}")));
         }
         let a = self.verbs.context().query_port(port_num)?;
-        Ok(convert::port_attr(&a))
+        Ok(convert::port_attr_from_c(&a))
     }
 
     fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
@@ -263,7 +265,7 @@ impl Device for HwDevice {
         max: usize,
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
-        self.verbs.poll_cq(cq, max, |w| out.push(convert::wc(w)))
+        self.verbs.poll_cq(cq, max, |w| out.push(w))
     }
 
     /// `ibv_create_qp` (RC and UC; UD is `EOPNOTSUPP`: its WRs need address handles). The
@@ -278,7 +280,8 @@ impl Device for HwDevice {
     /// clamped to the port's active MTU, as rdma_cm's path record would be. Everything else
     /// passes through; the provider checks the transition (`EINVAL`).
     fn modify_qp(&mut self, qp: QpHandle, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let mut c = convert::qp_attr_to_c(attr, mask, &self.local(mask));
+        let mut c = convert::qp_attr_to_c(attr);
+        fill_local(&mut c, mask, &self.local(mask));
         let m = libc::c_int::try_from(mask.bits())
             .map_err(|_| verbs_error("ibv_modify_qp mask", libc::EINVAL))?;
         self.verbs.modify_qp(qp, &mut c, m)
@@ -286,8 +289,7 @@ impl Device for HwDevice {
 
     /// `ibv_query_qp`; the creation attributes carry the `cap` the provider granted.
     fn query_qp(&self, qp: QpHandle) -> Result<(QpAttr, QpInitAttr)> {
-        let (a, init) = self.verbs.query_qp(qp)?;
-        Ok((convert::qp_attr_from_c(&a), init))
+        self.verbs.query_qp(qp)
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {

@@ -15,11 +15,11 @@ pub enum HwError {
     #[error(
         "this build has no hardware backend (the `hw` feature of rnic-hw) and cannot use an \
          RDMA NIC: rebuild with `--features hw`, e.g. `cargo run --release --features hw \
-         --bin rnic` (building needs cmake and libclang-dev)"
+         --bin rnic`"
     )]
     NotBuilt,
-    /// `libibverbs.so.1` could not be loaded when the process started (rdma-mummy-sys then
-    /// answers every call with `EOPNOTSUPP`).
+    /// `libibverbs.so.1` could not be loaded (`dlopen` failed: not installed, not on the
+    /// library path, not a shared object), or it lacks one of the functions the backend calls.
     #[error(
         "libibverbs.so.1 could not be loaded (install rdma-core's libibverbs1, e.g. \
          `apt-get install libibverbs1 ibverbs-providers`, or put its directory on \

@@ -5,12 +5,17 @@
 //! against the trait runs on a real RNIC (ConnectX, soft-RoCE `rxe`, …) as it runs on the
 //! simulated one.
 //!
-//! * **Loading.** With the feature `hw`, the crate links `rdma-mummy-sys`, whose C constructor
-//!   `dlopen`s `libibverbs.so.1` when the process starts and forwards every `ibv_*` call to it;
-//!   nothing links against libibverbs at build time. A missing library is reported by
-//!   [`HwDevice::open`] as [`HwError::NoLibrary`], not as a loader error at start-up. Without
-//!   the feature the crate builds with no C code at all and [`HwDevice::open`] returns
-//!   [`HwError::NotBuilt`]; the public API is the same in both builds.
+//! * **Loading.** With the feature `hw`, the first [`HwDevice::open`] `dlopen`s
+//!   `libibverbs.so.1` (through `libloading`) and resolves every `ibv_*` function the backend
+//!   calls, typed with the C layouts of `verbs-abi` (checked against rdma-core's headers); the
+//!   library then stays loaded for the process's life. Nothing links against libibverbs and the
+//!   crate exports no `ibv_*` symbol, so it can share a binary with librnic's own entry points.
+//!   The functions verbs.h implements inline (`ibv_post_send`, `ibv_post_recv`,
+//!   `ibv_post_srq_recv`, `ibv_poll_cq`, `ibv_req_notify_cq`) go through `context->ops`, as the
+//!   header's do. A library that cannot be loaded, or lacks one of those functions, is
+//!   [`HwError::NoLibrary`], never a panic. Without the feature the crate builds with no
+//!   libibverbs code at all and [`HwDevice::open`] returns [`HwError::NotBuilt`]; the public API
+//!   is the same in both builds.
 //! * **Objects.** PDs, MRs, CQs and QPs are named by the trait's `u32` handles, indices into
 //!   tables of the libibverbs pointers the device owns; an unknown handle is `EINVAL` without a
 //!   libibverbs call. Memory regions are page-aligned, zero-filled buffers the device allocates
@@ -45,11 +50,11 @@ mod error;
 mod options;
 
 #[cfg(feature = "hw")]
-mod convert;
-#[cfg(feature = "hw")]
 mod device;
 #[cfg(feature = "hw")]
 mod ffi;
+#[cfg(feature = "hw")]
+mod modify;
 #[cfg(feature = "hw")]
 mod queue;
 #[cfg(feature = "hw")]

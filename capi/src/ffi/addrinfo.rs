@@ -3,9 +3,10 @@
 //! address is the source (to bind and listen on), otherwise the destination. Host names go
 //! through the system resolver; IPv4 results come first.
 
-use super::convert::{sockaddr_in, sockaddr_in6, zeroed_storage};
 use super::objects::leak;
+use super::raw::zeroed_storage;
 use super::{fail, guard};
+use crate::abi::convert::{sockaddr_in, sockaddr_in6};
 use crate::abi::*;
 use libc::{c_char, c_int};
 use std::ffi::CStr;

@@ -5,57 +5,21 @@
 //! the C structs, blocking on the channel's fd, and `rdma_destroy_id`'s wait for acks.
 //! Return convention: 0, or -1 with `errno`.
 
+use super::cm_id::{idbox, refresh};
 use super::cm_sync::{complete_after, create_sync_id, only_kept_unacked, private_of, release_sync};
-use super::convert::*;
 use super::objects::{leak, registry, ChannelBox, IdBox};
+use super::raw::sockaddr_from_c;
 use super::verbs::cm_context;
 use super::{errno_of, fail, fail_null, guard, rt, unsupported};
+use crate::abi::convert::*;
 use crate::abi::*;
 use crate::runtime::Signal;
 use cm_core::api::{CmIdHandle, ConnParam};
 use cm_core::engine::QpAction;
 use cm_core::wire::RdmaPortSpace;
 use libc::{c_int, c_void};
-use std::net::SocketAddr;
 use std::ptr::null_mut;
 use verbs_core::{AccessFlags, Errno, Error};
-
-/// The `IdBox` of a C id pointer.
-///
-/// # Safety
-/// `id` came from this library (`rdma_create_id` or a CONNECT_REQUEST) and is not destroyed.
-pub(super) unsafe fn idbox<'a>(id: *mut rdma_cm_id) -> &'a mut IdBox {
-    // SAFETY: the caller's contract; `rdma_cm_id` is the first field of the `#[repr(C)]`
-    // `IdBox`, so the pointers coincide.
-    unsafe { &mut *id.cast::<IdBox>() }
-}
-
-/// Updates the C id from the CM: addresses, `verbs` once bound to the device.
-pub(super) fn refresh(
-    b: &mut IdBox,
-    addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
-    bound: bool,
-) {
-    let Some((src, dst)) = addrs else { return };
-    if let Some(s) = src {
-        match s {
-            SocketAddr::V4(a) => b.c.route.addr.src.src_sin = sockaddr_in(a),
-            SocketAddr::V6(a) => b.c.route.addr.src.src_sin6 = sockaddr_in6(a),
-        }
-        b.c.route.addr.addr.ibaddr.sgid = gid_to_c(verbs_core::Gid::from_ip(s.ip()));
-    }
-    if let Some(d) = dst {
-        match d {
-            SocketAddr::V4(a) => b.c.route.addr.dst.dst_sin = sockaddr_in(a),
-            SocketAddr::V6(a) => b.c.route.addr.dst.dst_sin6 = sockaddr_in6(a),
-        }
-        b.c.route.addr.addr.ibaddr.dgid = gid_to_c(verbs_core::Gid::from_ip(d.ip()));
-    }
-    if bound && b.c.verbs.is_null() {
-        b.c.verbs = cm_context();
-        b.c.port_num = 1;
-    }
-}
 
 /// Runs `f` on the CM with the id's handle and refreshes the C id; 0 or -1 + errno.
 ///
@@ -634,7 +598,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
                 let (attr, mask) = a.attr_mask();
                 // SAFETY: as above.
                 unsafe {
-                    qp_attr_to_c(&attr, &mut *qp_attr);
+                    *qp_attr = qp_attr_to_c(&attr);
                     *qp_attr_mask = mask.bits() as c_int;
                 }
                 0

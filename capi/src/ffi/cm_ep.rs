@@ -5,8 +5,9 @@
 //! header and calls `ibv_*`. Source: rdma-core `librdmacm/cma.c` (`rdma_create_ep`,
 //! `ucma_passive_ep`, `rdma_destroy_ep`). Return convention: 0, or -1 with `errno`.
 
-use super::cm::{idbox, rdma_resolve_route};
+use super::cm::rdma_resolve_route;
 use super::cm::{rdma_bind_addr, rdma_create_id, rdma_destroy_id, rdma_resolve_addr};
+use super::cm_id::idbox;
 use super::cm_qp::{rdma_create_qp, rdma_destroy_qp};
 use super::cm_srq::rdma_destroy_srq;
 use super::{fail, guard};

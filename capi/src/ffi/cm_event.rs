@@ -1,16 +1,13 @@
 //! librdmacm's events: `rdma_get_cm_event` (blocking on the channel's descriptor, then the
-//! librdmacm-side fetch-time work of cm-core), the C event and, for a CONNECT_REQUEST, the new
-//! id; `rdma_ack_cm_event`, `rdma_event_str`.
+//! librdmacm-side fetch-time work of cm-core, then the C event of `cm_id.rs`),
+//! `rdma_ack_cm_event`, `rdma_event_str`.
 
-use super::cm::refresh;
-use super::cm_sync::private_channel;
-use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
+use super::cm_id::make_event;
+use super::objects::{ChannelBox, EventBox};
 use super::{errno_of, fail, guard, rt};
 use crate::abi::*;
-use crate::runtime::{wait_token, Node};
-use cm_core::api::CmEvent;
+use crate::runtime::wait_token;
 use libc::{c_char, c_int};
-use std::ptr::null_mut;
 use std::sync::Arc;
 
 #[no_mangle]
@@ -58,86 +55,6 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             }
         }
     })
-}
-
-/// The C event for `ev` (and, for a CONNECT_REQUEST, the new id), under the node lock so the
-/// registry and the CM agree. A new id of a synchronous listener reports to a private channel
-/// of its own (librdmacm `ucma_process_conn_req` → `rdma_migrate_id(id, NULL)`), which cm-core
-/// made: its `ChannelBox` is made here.
-pub(super) fn make_event(
-    n: &mut Node,
-    ev: CmEvent,
-    channel: *mut rdma_event_channel,
-) -> *mut EventBox {
-    let addrs = n.cm().addrs(ev.id);
-    let private = match (n.cm().is_sync(ev.id), n.cm().channel_of(ev.id)) {
-        (Some(true), Some(ch)) if !registry().ids.contains_key(&ev.id) => {
-            private_channel(n, ch).ok()
-        }
-        _ => None,
-    };
-    let channel = private.unwrap_or(channel);
-    let mut reg = registry();
-    let listen = ev
-        .listen_id
-        .and_then(|l| reg.ids.get(&l).copied())
-        .unwrap_or(0) as *mut IdBox;
-    let id = match reg.ids.get(&ev.id) {
-        Some(&p) => p as *mut IdBox,
-        None => {
-            // A CONNECT_REQUEST's new id: it reports to the listener's channel with the
-            // listener's context (librdmacm `ucma_process_conn_req`).
-            let (context, ps) = if listen.is_null() {
-                (null_mut(), RDMA_PS_TCP)
-            } else {
-                // SAFETY: registered ids are live.
-                unsafe { ((*listen).c.context, (*listen).c.ps) }
-            };
-            let p = leak(IdBox::new(ev.id, channel, context, ps, IBV_QPT_RC));
-            // SAFETY: just made.
-            unsafe {
-                (*p).req_resources = (ev.param.responder_resources, ev.param.initiator_depth);
-            }
-            reg.ids.insert(ev.id, p as usize);
-            p
-        }
-    };
-    drop(reg);
-    // SAFETY: `id` is live (registered or just made).
-    unsafe { refresh(&mut *id, addrs, true) };
-    let private_data = ev.param.private_data.clone();
-    let b = leak(EventBox {
-        c: rdma_cm_event {
-            id: id.cast(),
-            listen_id: listen.cast(),
-            event: ev.event as rdma_cm_event_type,
-            status: ev.status,
-            param: rdma_cm_event_param {
-                conn: rdma_conn_param {
-                    private_data: std::ptr::null(),
-                    private_data_len: 0,
-                    responder_resources: ev.param.responder_resources,
-                    initiator_depth: ev.param.initiator_depth,
-                    flow_control: 0,
-                    retry_count: ev.param.retry_count,
-                    rnr_retry_count: ev.param.rnr_retry_count,
-                    srq: u8::from(ev.param.srq),
-                    qp_num: ev.param.qp_num,
-                },
-            },
-        },
-        event: ev,
-        private_data,
-    });
-    // SAFETY: `b` was just made; the Vec's buffer does not move while the box lives.
-    unsafe {
-        if !(*b).private_data.is_empty() {
-            (*b).c.param.conn.private_data = (*b).private_data.as_ptr().cast();
-            (*b).c.param.conn.private_data_len =
-                u8::try_from((*b).private_data.len()).unwrap_or(u8::MAX);
-        }
-    }
-    b
 }
 
 #[no_mangle]

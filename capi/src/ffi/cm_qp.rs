@@ -1,7 +1,7 @@
 //! librdmacm's QP calls on an id: `rdma_create_qp` (with the CQs librdmacm makes when given
 //! none), `rdma_create_qp_ex`, `rdma_destroy_qp`. Return convention: 0, or -1 with `errno`.
 
-use super::cm::idbox;
+use super::cm_id::idbox;
 use super::objects::IdBox;
 use super::qp::create_qp;
 use super::verbs::cm_pd;

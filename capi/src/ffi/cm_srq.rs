@@ -4,7 +4,7 @@
 //! `librdmacm/cma.c` (`rdma_create_srq_ex`, `rdma_create_srq`, `rdma_destroy_srq`,
 //! `rdma_create_qp_ex`, `rdma_destroy_ep`). Return convention: 0, or -1 with `errno`.
 
-use super::cm::idbox;
+use super::cm_id::idbox;
 use super::cm_qp::destroy_id_cqs;
 use super::srq::{ibv_create_srq, ibv_destroy_srq};
 use super::verbs::cm_pd;

@@ -1,6 +1,7 @@
 //! librdmacm's synchronous ids: `rdma_create_id` with a NULL channel, the wait at the end of
-//! every call that raises an event on such an id (`ucma_complete`), `rdma_get_request`, and
-//! `rdma_migrate_id` (to a channel or, with NULL, to a private one).
+//! every call that raises an event on such an id (`ucma_complete`), and the bookkeeping the
+//! entry points share (the entry points of their own, `rdma_get_request` and
+//! `rdma_migrate_id`, are in `cm_sync_api.rs`; the C objects in `cm_id.rs`).
 //!
 //! rdma-core `librdmacm/cma.c`: `ucma_alloc_id` gives an id created without a channel a
 //! channel of its own (`rdma_create_event_channel`) and sets `id_priv->sync`;
@@ -9,56 +10,20 @@
 //! `rdma_get_cm_event` on that channel and keeps the event as `id->event`: 0 for status 0,
 //! else −1 with `ECONNREFUSED` (REJECTED) or the status's errno. cm-core does the bookkeeping
 //! (`RdmaCm::create_sync_id`, `complete`, `get_request`, `migrate_id`, `sync_event`); this
-//! file adds the C side: the private channel's `struct rdma_event_channel` (a pollable fd, as
-//! librdmacm's is), blocking on it, and the C event `id->event` points at.
+//! file adds the C side: blocking on the private channel (a pollable fd, as librdmacm's is)
+//! and keeping the C event `id->event` points at.
 
-use super::cm::idbox;
-use super::cm_event::make_event;
-use super::cm_qp::rdma_create_qp;
+use super::cm_id::{free_private_channel, idbox, make_event, private_channel};
 use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
-use super::{errno_of, fail, guard, rt};
+use super::{errno_of, fail, rt};
 use crate::abi::*;
-use crate::runtime::{wait_token, Node, Runtime, Signal};
-use cm_core::api::{CmIdHandle, EventChannel};
+use crate::runtime::{wait_token, Node, Runtime};
+use cm_core::api::CmIdHandle;
 use cm_core::wire::RdmaPortSpace;
 use libc::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Arc;
 use verbs_core::{Errno, Error, SimTime};
-
-/// A `ChannelBox` for `ch`, a private channel cm-core made for a synchronous id, with its
-/// descriptor registered for readiness. Called under the node lock.
-///
-/// # Errors
-/// What `socketpair(2)` returns (`EMFILE`…).
-pub(super) fn private_channel(
-    n: &mut Node,
-    ch: EventChannel,
-) -> Result<*mut rdma_event_channel, i32> {
-    let signal = Signal::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-    let (raw, fd) = (signal.raw_fd(), signal.ends());
-    n.cm_signals.insert(ch, signal);
-    Ok(leak(ChannelBox {
-        c: rdma_event_channel { fd: raw },
-        handle: ch,
-        fd,
-    })
-    .cast())
-}
-
-/// Frees the box of a private channel cm-core has destroyed (librdmacm `ucma_free_id`, and
-/// `rdma_migrate_id` away from a synchronous id). Nothing else waits on a private channel.
-///
-/// # Safety
-/// `channel` was made by [`private_channel`] and is not used afterwards.
-unsafe fn free_private_channel(n: &mut Node, channel: *mut rdma_event_channel) {
-    if channel.is_null() {
-        return;
-    }
-    // SAFETY: the caller's contract; made by `leak` in `private_channel`.
-    let b = unsafe { Box::from_raw(channel.cast::<ChannelBox>()) };
-    n.cm_signals.remove(&b.handle);
-}
 
 /// Makes `id->event` the C form of the event cm-core keeps for the id (`RdmaCm::sync_event`):
 /// the previous C event is freed once cm-core has acked it (librdmacm frees it in
@@ -66,7 +31,7 @@ unsafe fn free_private_channel(n: &mut Node, channel: *mut rdma_event_channel) {
 ///
 /// # Safety
 /// `id` is a live id of this library.
-unsafe fn refresh_event(n: &mut Node, id: *mut rdma_cm_id) {
+pub(super) unsafe fn refresh_event(n: &mut Node, id: *mut rdma_cm_id) {
     // SAFETY: the caller's contract.
     let (h, cur, channel) = unsafe {
         (
@@ -99,7 +64,7 @@ unsafe fn refresh_event(n: &mut Node, id: *mut rdma_cm_id) {
 ///
 /// # Safety
 /// `channel` is a live `ChannelBox` of this library.
-unsafe fn wait_sync<T>(
+pub(super) unsafe fn wait_sync<T>(
     r: &Runtime,
     channel: *mut rdma_event_channel,
     mut step: impl FnMut(&mut Node, SimTime) -> Result<T, Error>,
@@ -240,131 +205,4 @@ pub(super) unsafe fn private_of(r: &Runtime, id: *mut rdma_cm_id) -> *mut rdma_e
 pub(super) fn only_kept_unacked(n: &Node, h: CmIdHandle) -> bool {
     let cm = n.cm();
     cm.unacked_events(h) <= usize::from(cm.sync_event(h).is_some())
-}
-
-/// `rdma_get_request(listen, &id)` on a synchronous listener: blocks until the next event of
-/// the listener's private channel; for a CONNECT_REQUEST, `*id` is the new id — synchronous,
-/// on a private channel of its own, `id->event` the request — and when the listener was made
-/// by `rdma_create_ep` with QP attributes, its QP is made with them on the listener's PD
-/// (librdmacm `rdma_get_request`).
-///
-/// Errors (−1 + errno): `EINVAL` for a NULL argument, a listener that is not synchronous, or
-/// an event that is not a CONNECT_REQUEST; `ECONNREFUSED` for REJECTED; the errno of another
-/// failed event (the event is then the listener's `id->event`); `EAGAIN` when the listener's
-/// channel fd is `O_NONBLOCK` and nothing is queued; `rdma_create_qp`'s errno.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_get_request(
-    listen: *mut rdma_cm_id,
-    id: *mut *mut rdma_cm_id,
-) -> c_int {
-    guard("rdma_get_request", -1, || {
-        let (Ok(r), false) = (rt(), listen.is_null() || id.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: `listen` is an id of this library.
-        let (lh, channel) = unsafe { (idbox(listen).handle, (*listen).channel) };
-        if r.with_quiet(|n, _| n.cm().is_sync(lh)) != Some(true) {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: a synchronous listener's channel is its private `ChannelBox`.
-        let got = unsafe {
-            wait_sync(r, channel, |n, now| {
-                let (cm, dev) = n.split();
-                let res = cm.get_request(dev, now, lh);
-                // SAFETY: `listen` is live.
-                refresh_event(n, listen);
-                let new = res?;
-                let ev = n
-                    .cm()
-                    .sync_event(new)
-                    .cloned()
-                    .ok_or_else(|| Error::inval("rdma_get_request: request not kept"))?;
-                let b = make_event(n, ev, channel);
-                // SAFETY: `b` was just made; its `id` is the new id's box.
-                let p = (*b).c.id;
-                (*p).event = b.cast();
-                Ok(p)
-            })
-        };
-        let new = match got {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
-        // SAFETY: `listen` is live; `qp_init_attr` is a copy.
-        if let Some(mut attr) = unsafe { idbox(listen).qp_init_attr } {
-            // SAFETY: `new` is a live id of this library, `attr` a local.
-            if unsafe { rdma_create_qp(new, (*listen).pd, &mut attr) } != 0 {
-                return -1;
-            }
-        }
-        tracing::debug!(listen = lh.0, "rdma_get_request: a request");
-        // SAFETY: `id` is a writable out-parameter (rdma_get_request(3)).
-        unsafe { *id = new };
-        0
-    })
-}
-
-/// `rdma_migrate_id(id, channel)`: the id and its unread events move to `channel`, then the
-/// call waits until every event returned for the id is acked (librdmacm's wait). A NULL
-/// `channel` makes the id synchronous on a private channel of its own (`EINVAL` if it is
-/// synchronous already); a synchronous id that moves to a channel loses its `id->event`
-/// (acked) and its private channel (librdmacm `rdma_migrate_id`).
-#[no_mangle]
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    channel: *mut rdma_event_channel,
-) -> c_int {
-    guard("rdma_migrate_id", -1, || {
-        let (Ok(r), false) = (rt(), id.is_null()) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: `id` is an id of this library, `channel` NULL or from
-        // `rdma_create_event_channel`.
-        let (h, to) = unsafe {
-            (
-                idbox(id).handle,
-                (!channel.is_null()).then(|| (*channel.cast::<ChannelBox>()).handle),
-            )
-        };
-        let res = r.with(|n, _| {
-            let was_sync = n.cm().is_sync(h) == Some(true);
-            // SAFETY: `id` is live.
-            let old = unsafe { (*id).channel };
-            n.split().0.migrate_id(h, to).map_err(|e| errno_of(&e))?;
-            let new = match to {
-                Some(_) => channel,
-                None => {
-                    let made = n
-                        .cm()
-                        .channel_of(h)
-                        .ok_or(libc::EINVAL)
-                        .and_then(|ch| private_channel(n, ch));
-                    match made {
-                        Ok(c) => c,
-                        Err(e) => {
-                            // Back where it was (this destroys the private channel).
-                            // SAFETY: `old` is the id's (non-private) channel box.
-                            let back = unsafe { (*old.cast::<ChannelBox>()).handle };
-                            let _ = n.split().0.migrate_id(h, Some(back));
-                            return Err(e);
-                        }
-                    }
-                }
-            };
-            // SAFETY: `id` is live; `old` was its private channel when it was synchronous.
-            unsafe {
-                (*id).channel = new;
-                if was_sync {
-                    refresh_event(n, id);
-                    free_private_channel(n, old);
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = res {
-            return fail(e);
-        }
-        r.wait_for_acks(|| r.with_quiet(|n, _| n.cm().unacked_events(h) == 0));
-        0
-    })
 }

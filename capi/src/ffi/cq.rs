@@ -2,9 +2,9 @@
 //! the two CQ calls `<infiniband/verbs.h>` inlines through `context->ops` (`ibv_poll_cq`,
 //! `ibv_req_notify_cq`). Return conventions as in [`super::verbs`].
 
-use super::convert::*;
 use super::objects::{leak, registry, CompChannelBox};
 use super::{errno_of, fail, fail_null, guard, rt};
+use crate::abi::convert::*;
 use crate::abi::*;
 use crate::runtime::wait_token;
 use libc::{c_int, c_void};

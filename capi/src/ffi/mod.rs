@@ -9,12 +9,18 @@
 //! trusted to be one of those (or a buffer the C API says it must be), as libibverbs trusts it.
 //!
 //! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
-//! as MR memory), [`convert`] (C ↔ Rust values), [`verbs`] (`ibv_*`: devices, contexts, PDs,
-//! MRs), [`async_event`] (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels,
-//! CQs), [`qp`] (QPs, posting, AHs), [`cm`] (`rdma_*`: channels, ids, connection calls),
-//! [`cm_qp`] (QPs on ids), [`cm_event`] (events), [`cm_sync`] (synchronous ids,
-//! `rdma_get_request`, `rdma_migrate_id`), [`cm_ep`] (`rdma_create_ep`, `rdma_destroy_ep`), [`addrinfo`] (`rdma_getaddrinfo`), and
-//! [`calls`] (the entry points called from safe Rust in-process: tests, the fuzzer).
+//! as MR memory), [`raw`] (the C ↔ Rust conversions that need `unsafe`; the others are
+//! `verbs_abi::convert`'s), [`verbs`] (`ibv_*`: devices, contexts, PDs, MRs), [`async_event`]
+//! (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels, CQs), [`qp`] (QPs,
+//! posting, AHs), [`srq`] (SRQs); librdmacm, from the bottom up: [`cm_id`] (the C side of an id:
+//! its box, addresses, private channel and C events), [`cm_sync`] (the wait and bookkeeping of
+//! synchronous ids), then the entry points: [`cm`] (`rdma_*`: channels, ids, connection calls),
+//! [`cm_qp`] (QPs on ids), [`cm_srq`] (SRQs on ids), [`cm_event`] (events), [`cm_sync_api`]
+//! (`rdma_get_request`, `rdma_migrate_id`), [`cm_ep`] (`rdma_create_ep`, `rdma_destroy_ep`),
+//! [`addrinfo`] (`rdma_getaddrinfo`); `prototypes` (the exports the hardware backend calls have
+//! `verbs_abi::functions`' types, checked at compile time); and [`calls`] (the entry points called from safe Rust
+//! in-process: tests, the fuzzer). Dependencies go one way: an entry point file uses the files
+//! below it, never another entry point file's helpers in a circle (`.ci/import-cycles`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -26,14 +32,17 @@ pub mod calls;
 mod cm;
 mod cm_ep;
 mod cm_event;
+mod cm_id;
 mod cm_qp;
 mod cm_srq;
 mod cm_sync;
-mod convert;
+mod cm_sync_api;
 mod cq;
 mod memory;
 mod objects;
+mod prototypes;
 mod qp;
+mod raw;
 mod srq;
 mod verbs;
 

@@ -4,7 +4,8 @@
 //! names a `CqHandle`, an async event a `CqHandle` or a QP number, a CM event a `CmIdHandle`;
 //! C wants the `struct ibv_cq *` / `struct ibv_qp *` / `struct rdma_cm_id *` it was given).
 
-use super::convert::{ah_from_c, zeroed_storage};
+use super::raw::{gid_from_c, zeroed_storage};
+use crate::abi::convert::ah_from_c;
 use crate::abi::*;
 use crate::runtime::Ends;
 use cm_core::api::{CmEvent, CmIdHandle, EventChannel};
@@ -42,7 +43,7 @@ impl AhBox {
                 pd,
                 handle: 0,
             },
-            attr: ah_from_c(attr),
+            attr: ah_from_c(attr, gid_from_c(&attr.grh.dgid)),
         }
     }
 }

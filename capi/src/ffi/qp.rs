@@ -2,10 +2,11 @@
 //! `<infiniband/verbs.h>` inlines through `context->ops` (`ibv_post_send`, `ibv_post_recv`,
 //! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
 
-use super::convert::*;
 use super::memory::post_send_with_inline;
 use super::objects::{leak, registry, AhBox};
+use super::raw::gid_from_c;
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
+use crate::abi::convert::*;
 use crate::abi::*;
 use libc::c_int;
 use std::ptr::null_mut;
@@ -110,7 +111,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
             return libc::EOPNOTSUPP;
         }
         // SAFETY: `attr` is a readable `struct ibv_qp_attr` (ibv_modify_qp(3)).
-        let (a, m) = match qp_attr_from_c(unsafe { &*attr }, attr_mask as u32) {
+        let c = unsafe { &*attr };
+        let (a, m) = match qp_attr_from_c(c, attr_mask as u32, gid_from_c(&c.ah_attr.grh.dgid)) {
             Ok(v) => v,
             Err(e) => return errno_of(&e),
         };
@@ -147,7 +149,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 // SAFETY: `attr` (and a non-NULL `init_attr`) are writable (ibv_query_qp(3));
                 // `qp`'s pointers are the ones it was created with.
                 unsafe {
-                    qp_attr_to_c(&a, &mut *attr);
+                    *attr = qp_attr_to_c(&a);
                     (*qp).state = a.qp_state as _;
                     if !init_attr.is_null() {
                         *init_attr = ibv_qp_init_attr {

@@ -7,18 +7,11 @@
 use super::objects::{leak, registry};
 use super::qp::{post_prefix, read_recv_wrs};
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
+use crate::abi::convert::{srq_attr_from_c, srq_attr_to_c};
 use crate::abi::*;
 use libc::c_int;
 use std::ptr::null_mut;
-use verbs_core::{Device, PdHandle, SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr};
-
-fn attr_from_c(a: &ibv_srq_attr) -> SrqAttr {
-    SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
+use verbs_core::{Device, PdHandle, SrqAttrMask, SrqHandle, SrqInitAttr};
 
 /// `ibv_create_srq(3)`: on success `srq_init_attr->attr.max_wr`/`max_sge` are updated to what
 /// was granted, as the man page says.
@@ -40,7 +33,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         let (a, pdh, context) =
             unsafe { (&mut *srq_init_attr, PdHandle((*pd).handle), (*pd).context) };
         let init = SrqInitAttr {
-            attr: attr_from_c(&a.attr),
+            attr: srq_attr_from_c(&a.attr),
         };
         let made = r.with(|n, _| {
             let d = n.dev();
@@ -83,7 +76,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
             return libc::EINVAL;
         };
         // SAFETY: a live SRQ of this library; `srq_attr` is readable (ibv_modify_srq(3)).
-        let (h, a) = unsafe { (SrqHandle((*srq).handle), attr_from_c(&*srq_attr)) };
+        let (h, a) = unsafe { (SrqHandle((*srq).handle), srq_attr_from_c(&*srq_attr)) };
         let mask = SrqAttrMask::from_bits_truncate(srq_attr_mask as u32);
         match r.with(|n, _| n.dev().modify_srq(h, &a, mask)) {
             Ok(()) => 0,
@@ -105,11 +98,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq
             Ok(a) => {
                 // SAFETY: `srq_attr` is writable (ibv_query_srq(3)).
                 unsafe {
-                    *srq_attr = ibv_srq_attr {
-                        max_wr: a.max_wr,
-                        max_sge: a.max_sge,
-                        srq_limit: a.srq_limit,
-                    };
+                    *srq_attr = srq_attr_to_c(&a);
                 }
                 0
             }

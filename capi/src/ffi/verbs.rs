@@ -5,10 +5,10 @@
 //! (`ibv_modify_qp`, `ibv_post_send`, `ibv_dealloc_pd`, …); `ibv_poll_cq` a count or a negative
 //! value; `ibv_get_cq_event`/`ibv_get_async_event`/`ibv_query_gid` -1 + `errno`.
 
-use super::convert::*;
 use super::memory::UserMemory;
 use super::objects::leak;
 use super::{destroy_boxed, errno_of, fail, fail_null, guard, rt, unsupported};
+use crate::abi::convert::*;
 use crate::abi::*;
 use libc::{c_char, c_int, c_void};
 use std::ptr::{self, null_mut};
@@ -203,8 +203,9 @@ pub unsafe extern "C" fn ibv_query_device(
 pub unsafe extern "C" fn ibv_query_port(
     _context: *mut ibv_context,
     port_num: u8,
-    port_attr: *mut ibv_port_attr,
+    port_attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
+    let port_attr = port_attr.cast::<ibv_port_attr>();
     guard("ibv_query_port", libc::EIO, || {
         let r = match rt() {
             Ok(r) => r,

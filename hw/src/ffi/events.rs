@@ -3,24 +3,11 @@
 //! once; every event is acknowledged as soon as it is read, so `ibv_destroy_cq` and
 //! `ibv_destroy_qp` never wait for an acknowledgement.
 
-use super::{sys, Verbs};
+use super::Verbs;
 use std::os::fd::RawFd;
 use std::ptr::{null_mut, NonNull};
+use verbs_abi as abi;
 use verbs_core::{AsyncElement, AsyncEvent, AsyncEventType, CqHandle, SrqHandle};
-
-/// `struct ibv_async_event` with `event_type` as the plain `enum` integer it is in C:
-/// rdma-mummy-sys declares it as a Rust enum, which a value unknown to it (a newer kernel's
-/// event) would make undefined behaviour to read.
-#[repr(C)]
-struct RawAsyncEvent {
-    element: sys::ibv_async_event_element_t,
-    event_type: u32,
-}
-
-const _: () = {
-    assert!(std::mem::size_of::<RawAsyncEvent>() == std::mem::size_of::<sys::ibv_async_event>());
-    assert!(std::mem::align_of::<RawAsyncEvent>() == std::mem::align_of::<sys::ibv_async_event>());
-};
 
 impl Verbs {
     /// The descriptors a driver polls for readability: the completion channel's, then the
@@ -38,17 +25,19 @@ impl Verbs {
     /// fails; `Some(None)` for an event of a CQ this device does not know (acknowledged and
     /// dropped).
     pub(crate) fn next_cq_event(&mut self) -> Option<Option<CqHandle>> {
-        let mut cq: *mut sys::ibv_cq = null_mut();
+        let mut cq: *mut abi::ibv_cq = null_mut();
         let mut cq_context: *mut libc::c_void = null_mut();
         // SAFETY: the context's live channel, non-blocking; two writable out-pointers.
-        let ret = unsafe { sys::ibv_get_cq_event(self.channel.as_ptr(), &mut cq, &mut cq_context) };
+        let ret = unsafe {
+            (self.ctx.lib.ibv_get_cq_event)(self.channel.as_ptr(), &mut cq, &mut cq_context)
+        };
         if ret != 0 {
             return None;
         }
         let cq = NonNull::new(cq)?;
         // SAFETY: the CQ the event is for, live until its events are acknowledged (here, once
         // per event read, as man:ibv_get_cq_event.3 requires).
-        unsafe { sys::ibv_ack_cq_events(cq.as_ptr(), 1) };
+        unsafe { (self.ctx.lib.ibv_ack_cq_events)(cq.as_ptr(), 1) };
         let h = u32::try_from(cq_context.addr()).ok();
         Some(
             h.filter(|&h| self.cqs.get(h).is_some_and(|e| e.cq == cq))
@@ -64,14 +53,15 @@ impl Verbs {
     /// number, `CQ_ERR` the CQ's handle, SRQ events the SRQ's handle, port events the port;
     /// device events and WQ events (this device creates no WQ) are [`AsyncElement::Device`].
     pub(crate) fn next_async_event(&mut self) -> Option<Option<AsyncEvent>> {
-        let mut ev = RawAsyncEvent {
-            element: sys::ibv_async_event_element_t { cq: null_mut() },
+        // `event_type` is the plain `enum` integer it is in C (verbs-abi): a value verbs-core does
+        // not name (a newer kernel's event) is read safely and dropped below.
+        let mut ev = abi::ibv_async_event {
+            element: abi::ibv_async_event_element { cq: null_mut() },
             event_type: 0,
         };
-        let p = (&raw mut ev).cast::<sys::ibv_async_event>();
-        // SAFETY: a live context with a non-blocking async fd; `ev` has the layout of
-        // `struct ibv_async_event` (checked above) and is writable.
-        let ret = unsafe { sys::ibv_get_async_event(self.ctx.as_ptr(), p) };
+        // SAFETY: a live context with a non-blocking async fd; `ev` is a writable
+        // `struct ibv_async_event`.
+        let ret = unsafe { (self.ctx.lib.ibv_get_async_event)(self.ctx.as_ptr(), &mut ev) };
         if ret != 0 {
             return None;
         }
@@ -84,13 +74,13 @@ impl Verbs {
         });
         // SAFETY: the event just returned, acknowledged once; libibverbs reads only its type
         // and element.
-        unsafe { sys::ibv_ack_async_event(p) };
+        unsafe { (self.ctx.lib.ibv_ack_async_event)(&mut ev) };
         Some(event)
     }
 
     /// What an event of type `t` is about (read before the event is acknowledged, while the
     /// object it names is guaranteed alive).
-    fn element(&self, t: AsyncEventType, ev: &RawAsyncEvent) -> AsyncElement {
+    fn element(&self, t: AsyncEventType, ev: &abi::ibv_async_event) -> AsyncElement {
         use AsyncEventType as T;
         match t {
             T::QpFatal

@@ -1,7 +1,10 @@
-//! Every `unsafe` line of the crate: the calls into libibverbs (through rdma-mummy-sys), the
-//! pointers it returns, and the memory regions' buffers. The rest of the crate sees safe types
-//! whose invariants this module keeps:
+//! Every `unsafe` line of the crate: loading libibverbs (`library.rs`), the calls into it, the
+//! pointers it returns, the unions of its structs, and the memory regions' buffers. The C
+//! structs are `verbs-abi`'s, checked against rdma-core's headers. The rest of the crate sees
+//! safe types whose invariants this module keeps:
 //!
+//! * `Lib` (`library.rs`) holds the loaded library and its functions, for the rest of the
+//!   process.
 //! * `Context` owns an open `struct ibv_context` and closes it when dropped.
 //! * [`Verbs`] owns a context, its completion channel and every PD, MR (with its buffer), CQ
 //!   QP and SRQ created through it, in tables keyed by handle; a handle not in its table is refused
@@ -10,14 +13,14 @@
 //! Return conventions differ per call, as rdma-core documents them: object constructors return
 //! NULL and set `errno`; most `int` calls (`ibv_modify_qp`, `ibv_query_port`, the `ops` of the
 //! data path, …) return the errno value itself; `ibv_query_gid`, `ibv_get_cq_event` and
-//! `ibv_get_async_event` return −1 and set `errno`. [`check`] accepts both forms. rdma-mummy-sys
-//! answers every call with `EOPNOTSUPP` when libibverbs could not be loaded.
+//! `ibv_get_async_event` return −1 and set `errno`. [`check`] accepts both forms.
 
 #![allow(unsafe_code)]
 
 mod context;
 mod events;
 mod fd;
+mod library;
 mod open;
 mod post;
 mod srq;
@@ -28,11 +31,10 @@ pub(crate) use open::open;
 pub(crate) use verbs::Verbs;
 
 use crate::error::verbs_error;
-use rdma_mummy_sys as sys;
 use verbs_core::{Error, Gid};
 
 /// The bytes of a `union ibv_gid`.
-pub(crate) fn gid_of(g: &sys::ibv_gid) -> Gid {
+pub(crate) fn gid_of(g: &verbs_abi::ibv_gid) -> Gid {
     // SAFETY: both members of the union (`raw: [u8; 16]`, `global: two u64`) are plain integers
     // covering the same 16 bytes, so every bit pattern is a valid `raw`.
     Gid(unsafe { g.raw })
@@ -41,9 +43,9 @@ pub(crate) fn gid_of(g: &sys::ibv_gid) -> Gid {
 /// The immediate data of a work completion: the raw value of `ibv_wc`'s union, in network
 /// order as the wire carried it (meaningful when `wc_flags` has `IBV_WC_WITH_IMM`; with
 /// `IBV_WC_WITH_INV` the same bits are the invalidated rkey).
-pub(crate) fn wc_imm(w: &sys::ibv_wc) -> u32 {
+pub(crate) fn wc_imm(w: &verbs_abi::ibv_wc) -> u32 {
     // SAFETY: both members of the union are `u32`: every bit pattern is valid for either.
-    unsafe { w.imm_data_invalidated_rkey_union.imm_data }
+    unsafe { w.ex.imm_data }
 }
 
 /// The calling thread's `errno`, read right after a failed call (`EIO` if it is somehow 0).

@@ -2,16 +2,18 @@
 //! ([`crate::HwDevice::open`]'s rules).
 
 use super::context::Context;
-use super::{last_errno, sys, Verbs};
+use super::library::{lib, Lib};
+use super::Verbs;
 use crate::error::verbs_error;
 use crate::select;
 use crate::{HwError, HwOptions};
 use std::ffi::CStr;
 use std::ptr::NonNull;
+use verbs_abi as abi;
 use verbs_core::Gid;
 
 /// `IBV_PORT_ACTIVE` of `enum ibv_port_state`.
-const PORT_ACTIVE: u32 = sys::ibv_port_state::IBV_PORT_ACTIVE;
+const PORT_ACTIVE: u32 = abi::IBV_PORT_ACTIVE;
 
 /// A device opened with everything [`crate::HwDevice`] needs to know about it.
 pub(crate) struct Opened {
@@ -26,29 +28,26 @@ pub(crate) struct Opened {
     /// The GID at that index.
     pub(crate) gid: Gid,
     /// `ibv_query_device`'s answer, queried once (device limits do not change).
-    pub(crate) device_attr: sys::ibv_device_attr,
+    pub(crate) device_attr: abi::ibv_device_attr,
 }
 
 /// The list `ibv_get_device_list` returned, freed when dropped (contexts opened from it stay
 /// valid, man:ibv_get_device_list.3).
 struct DeviceList {
-    list: NonNull<*mut sys::ibv_device>,
-    devices: Vec<(String, NonNull<sys::ibv_device>)>,
+    lib: &'static Lib,
+    list: NonNull<*mut abi::ibv_device>,
+    devices: Vec<(String, NonNull<abi::ibv_device>)>,
 }
 
 impl DeviceList {
-    /// `ibv_get_device_list`: NULL with `EOPNOTSUPP` is rdma-mummy-sys's answer when
-    /// libibverbs.so.1 was not loaded ([`HwError::NoLibrary`]); NULL with another errno
-    /// (`ENOSYS`: no kernel support) or an empty list is [`HwError::NoDevice`].
-    fn get() -> Result<DeviceList, HwError> {
+    /// `ibv_get_device_list` of `lib`: NULL (`ENOSYS`: no kernel support, …) or an empty list
+    /// is [`HwError::NoDevice`].
+    fn get(lib: &'static Lib) -> Result<DeviceList, HwError> {
         let mut n: libc::c_int = 0;
         // SAFETY: `n` is a writable int; the list is freed in `Drop`.
-        let list = unsafe { sys::ibv_get_device_list(&mut n) };
+        let list = unsafe { (lib.ibv_get_device_list)(&mut n) };
         let Some(list) = NonNull::new(list) else {
-            return Err(match last_errno() {
-                libc::EOPNOTSUPP => HwError::NoLibrary,
-                _ => HwError::NoDevice,
-            });
+            return Err(HwError::NoDevice);
         };
         let mut devices = Vec::new();
         for i in 0..usize::try_from(n).unwrap_or(0) {
@@ -57,7 +56,7 @@ impl DeviceList {
                 break;
             };
             // SAFETY: a device of the live list.
-            let name = unsafe { sys::ibv_get_device_name(dev.as_ptr()) };
+            let name = unsafe { (lib.ibv_get_device_name)(dev.as_ptr()) };
             let name = if name.is_null() {
                 format!("#{i}")
             } else {
@@ -69,7 +68,7 @@ impl DeviceList {
             };
             devices.push((name, dev));
         }
-        Ok(DeviceList { list, devices })
+        Ok(DeviceList { lib, list, devices })
     }
 
     fn names(&self) -> Vec<String> {
@@ -82,23 +81,23 @@ impl DeviceList {
             return Err(HwError::NoDevice);
         };
         // SAFETY: an entry of this list, which is not freed before `self` is dropped.
-        Ok(unsafe { Context::open(*dev) }?)
+        Ok(unsafe { Context::open(self.lib, *dev) }?)
     }
 }
 
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: the list from `ibv_get_device_list`, freed once.
-        unsafe { sys::ibv_free_device_list(self.list.as_ptr()) };
+        unsafe { (self.lib.ibv_free_device_list)(self.list.as_ptr()) };
     }
 }
 
 /// The first ACTIVE port of `ctx` (or `want`, if it is ACTIVE), with its attributes.
 fn active_port(
     ctx: &Context,
-    attr: &sys::ibv_device_attr,
+    attr: &abi::ibv_device_attr,
     want: Option<u8>,
-) -> Result<Option<(u8, sys::ibv_port_attr)>, HwError> {
+) -> Result<Option<(u8, abi::ibv_port_attr)>, HwError> {
     if let Some(p) = want {
         if p == 0 || p > attr.phys_port_cnt {
             return Err(HwError::Verbs(verbs_core::Error::inval(format!(
@@ -124,9 +123,9 @@ fn active_port(
 struct Chosen {
     ctx: Context,
     name: String,
-    attr: sys::ibv_device_attr,
+    attr: abi::ibv_device_attr,
     port: u8,
-    port_attr: sys::ibv_port_attr,
+    port_attr: abi::ibv_port_attr,
 }
 
 /// The device named in `opts`, or the first with an ACTIVE port.
@@ -221,7 +220,7 @@ fn choose_gid(c: &Chosen, opts: &HwOptions) -> Result<(u8, Gid), HwError> {
 
 /// Opens the device `opts` selects (see [`crate::HwDevice::open`]).
 pub(crate) fn open(opts: &HwOptions) -> Result<Opened, HwError> {
-    let list = DeviceList::get()?;
+    let list = DeviceList::get(lib()?)?;
     let chosen = choose(&list, opts)?;
     drop(list);
     let (gid_index, gid) = choose_gid(&chosen, opts)?;

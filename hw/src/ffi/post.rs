@@ -1,9 +1,11 @@
 //! The data path's posting calls: `ibv_post_send` and `ibv_post_recv`, inline in verbs.h
 //! (through `context->ops`), fed with chains built from verbs-core's work requests.
 
-use super::{errno_of_ret, sys, Verbs};
+use super::{errno_of_ret, Verbs};
 use crate::error::verbs_error;
 use std::ptr::null_mut;
+use verbs_abi as abi;
+use verbs_abi::convert::{recv_wr_to_c, send_wr_to_c, sge_to_c};
 use verbs_core::{Error, PostError, QpHandle, RecvWr, SendWr, Sge};
 
 pub(super) fn post_error(error: Error, bad_wr: usize) -> PostError {
@@ -11,38 +13,27 @@ pub(super) fn post_error(error: Error, bad_wr: usize) -> PostError {
 }
 
 /// Every SGE of `lists`, one flat array (the chain's WRs point into it).
-pub(super) fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<sys::ibv_sge> {
-    lists
-        .flatten()
-        .map(|g| sys::ibv_sge {
-            addr: g.addr,
-            length: g.length,
-            lkey: g.lkey,
-        })
-        .collect()
+pub(super) fn flat_sges<'a>(lists: impl Iterator<Item = &'a [Sge]>) -> Vec<abi::ibv_sge> {
+    lists.flatten().map(sge_to_c).collect()
 }
 
 /// The C chain of the receive WRs `wrs`, linked in order, each `sg_list` pointing into `sges`
 /// (the [`flat_sges`] of the same WRs), which must outlive every use of the chain.
 pub(super) fn recv_chain(
     wrs: &[RecvWr],
-    sges: &mut [sys::ibv_sge],
-) -> Result<Vec<sys::ibv_recv_wr>, PostError> {
+    sges: &mut [abi::ibv_sge],
+) -> Result<Vec<abi::ibv_recv_wr>, PostError> {
     let sge_base = sges.as_mut_ptr();
     let mut chain = Vec::with_capacity(wrs.len());
     let mut at = 0;
     for (i, w) in wrs.iter().enumerate() {
         let n = w.sg_list.len();
-        chain.push(sys::ibv_recv_wr {
-            wr_id: w.wr_id,
-            next: null_mut(),
-            sg_list: if n == 0 {
-                null_mut()
-            } else {
-                sge_base.wrapping_add(at)
-            },
-            num_sge: num_sge(n, i)?,
-        });
+        let list = if n == 0 {
+            null_mut()
+        } else {
+            sge_base.wrapping_add(at)
+        };
+        chain.push(recv_wr_to_c(w, list, num_sge(n, i)?));
         at += n;
     }
     let base = chain.as_mut_ptr();
@@ -69,50 +60,6 @@ pub(super) fn num_sge(n: usize, i: usize) -> Result<libc::c_int, PostError> {
     libc::c_int::try_from(n).map_err(|_| post_error(Error::inval(format!("{n} SGEs in one WR")), i))
 }
 
-/// The C form of `w`, with its SGEs at `sg_list` and no successor yet. Atomic WRs fill the
-/// `atomic` part of the `wr` union, every other opcode the `rdma` part (unused by SENDs).
-fn send_wr(w: &SendWr, sg_list: *mut sys::ibv_sge, num_sge: libc::c_int) -> sys::ibv_send_wr {
-    let wr = if w.opcode.is_atomic() {
-        sys::wr_t {
-            atomic: sys::atomic_t {
-                remote_addr: w.atomic.remote_addr,
-                compare_add: w.atomic.compare_add,
-                swap: w.atomic.swap,
-                rkey: w.atomic.rkey,
-            },
-        }
-    } else {
-        sys::wr_t {
-            rdma: sys::rdma_t {
-                remote_addr: w.rdma.remote_addr,
-                rkey: w.rdma.rkey,
-            },
-        }
-    };
-    sys::ibv_send_wr {
-        wr_id: w.wr_id,
-        next: null_mut(),
-        sg_list,
-        num_sge,
-        opcode: u32::from(w.opcode.raw()),
-        send_flags: w.send_flags.bits(),
-        imm_data_invalidated_rkey_union: sys::imm_data_invalidated_rkey_union_t {
-            imm_data: w.imm_data,
-        },
-        wr,
-        qp_type: sys::qp_type_t {
-            xrc: sys::xrc_t { remote_srqn: 0 },
-        },
-        bind_mw_tso_union: sys::bind_mw_tso_union_t {
-            tso: sys::tso_t {
-                hdr: null_mut(),
-                hdr_sz: 0,
-                mss: 0,
-            },
-        },
-    }
-}
-
 impl Verbs {
     /// `ibv_post_send` of `wrs` as one chain. `imm_data` is passed as is (the network-order
     /// value), `send_flags` and `opcode` numerically (verbs-core's values are libibverbs').
@@ -133,7 +80,7 @@ impl Verbs {
             } else {
                 sge_base.wrapping_add(at)
             };
-            chain.push(send_wr(w, list, num_sge(n, i)?));
+            chain.push(send_wr_to_c(w, list, num_sge(n, i)?));
             at += n;
         }
         let base = chain.as_mut_ptr();
@@ -145,7 +92,7 @@ impl Verbs {
         // SAFETY: a live QP of a live context: `ops` is the provider's table.
         let f = unsafe { (*(*q.as_ptr()).context).ops.post_send };
         let f = f.ok_or_else(|| post_error(verbs_error("ibv_post_send", libc::EOPNOTSUPP), 0))?;
-        let mut bad: *mut sys::ibv_send_wr = null_mut();
+        let mut bad: *mut abi::ibv_send_wr = null_mut();
         // SAFETY: the provider's entry point on its QP, with a NULL-terminated chain whose
         // `sg_list`s point into `sges`; both vectors outlive the call and are not touched
         // during it. The provider copies what it needs before returning (man:ibv_post_send.3).
@@ -153,7 +100,7 @@ impl Verbs {
         if ret == 0 {
             return Ok(());
         }
-        let size = std::mem::size_of::<sys::ibv_send_wr>();
+        let size = std::mem::size_of::<abi::ibv_send_wr>();
         let i = index_of(base as usize, bad as usize, size, chain.len());
         Err(post_error(
             verbs_error("ibv_post_send", errno_of_ret(ret)),
@@ -173,13 +120,13 @@ impl Verbs {
         // SAFETY: a live QP of a live context.
         let f = unsafe { (*(*q.as_ptr()).context).ops.post_recv };
         let f = f.ok_or_else(|| post_error(verbs_error("ibv_post_recv", libc::EOPNOTSUPP), 0))?;
-        let mut bad: *mut sys::ibv_recv_wr = null_mut();
+        let mut bad: *mut abi::ibv_recv_wr = null_mut();
         // SAFETY: as in `post_send`.
         let ret = unsafe { f(q.as_ptr(), base, &mut bad) };
         if ret == 0 {
             return Ok(());
         }
-        let size = std::mem::size_of::<sys::ibv_recv_wr>();
+        let size = std::mem::size_of::<abi::ibv_recv_wr>();
         let i = index_of(base as usize, bad as usize, size, chain.len());
         Err(post_error(
             verbs_error("ibv_post_recv", errno_of_ret(ret)),

@@ -6,24 +6,18 @@
 
 use super::post::{flat_sges, index_of, post_error, recv_chain};
 use super::verbs::Verbs;
-use super::{check, errno_of_ret, null_error, sys};
+use super::{check, errno_of_ret, null_error};
 use crate::error::verbs_error;
 use std::ptr::{null_mut, NonNull};
+use verbs_abi as abi;
+use verbs_abi::convert::{srq_attr_from_c, srq_attr_to_c};
 use verbs_core::{
     Error, PdHandle, PostError, RecvWr, SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr,
 };
 
-fn to_c(a: &SrqAttr) -> sys::ibv_srq_attr {
-    sys::ibv_srq_attr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    }
-}
-
 impl Verbs {
     /// The live SRQ of handle `srq`.
-    pub(super) fn srq(&self, srq: SrqHandle) -> Result<NonNull<sys::ibv_srq>, Error> {
+    pub(super) fn srq(&self, srq: SrqHandle) -> Result<NonNull<abi::ibv_srq>, Error> {
         self.srqs
             .get(srq.0)
             .copied()
@@ -37,13 +31,13 @@ impl Verbs {
         init: &SrqInitAttr,
     ) -> Result<SrqHandle, Error> {
         let p = self.pd(pd)?;
-        let mut attr = sys::ibv_srq_init_attr {
+        let mut attr = abi::ibv_srq_init_attr {
             srq_context: null_mut(),
-            attr: to_c(&init.attr),
+            attr: srq_attr_to_c(&init.attr),
         };
         // SAFETY: a live PD of this context; `attr` is readable and writable (the provider
         // writes the granted sizes back).
-        let srq = unsafe { sys::ibv_create_srq(p.as_ptr(), &mut attr) };
+        let srq = unsafe { (self.ctx.lib.ibv_create_srq)(p.as_ptr(), &mut attr) };
         let srq = NonNull::new(srq).ok_or_else(|| null_error("ibv_create_srq"))?;
         Ok(SrqHandle(self.srqs.insert(srq)))
     }
@@ -56,28 +50,24 @@ impl Verbs {
         mask: SrqAttrMask,
     ) -> Result<(), Error> {
         let s = self.srq(srq)?;
-        let mut a = to_c(attr);
+        let mut a = srq_attr_to_c(attr);
         let m = libc::c_int::try_from(mask.bits())
             .map_err(|_| verbs_error("ibv_modify_srq mask", libc::EINVAL))?;
         // SAFETY: a live SRQ; `a` is a readable `ibv_srq_attr` (integers only).
         check("ibv_modify_srq", unsafe {
-            sys::ibv_modify_srq(s.as_ptr(), &mut a, m)
+            (self.ctx.lib.ibv_modify_srq)(s.as_ptr(), &mut a, m)
         })
     }
 
     /// `ibv_query_srq`.
     pub(crate) fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr, Error> {
         let s = self.srq(srq)?;
-        let mut a = to_c(&SrqAttr::default());
+        let mut a = srq_attr_to_c(&SrqAttr::default());
         // SAFETY: a live SRQ and a writable `ibv_srq_attr`.
         check("ibv_query_srq", unsafe {
-            sys::ibv_query_srq(s.as_ptr(), &mut a)
+            (self.ctx.lib.ibv_query_srq)(s.as_ptr(), &mut a)
         })?;
-        Ok(SrqAttr {
-            max_wr: a.max_wr,
-            max_sge: a.max_sge,
-            srq_limit: a.srq_limit,
-        })
+        Ok(srq_attr_from_c(&a))
     }
 
     /// `ibv_destroy_srq` (`EBUSY` from the kernel while a QP uses it).
@@ -86,7 +76,7 @@ impl Verbs {
         // SAFETY: a live SRQ; its async events were acked at once, so libibverbs does not
         // wait; on success it leaves the table.
         check("ibv_destroy_srq", unsafe {
-            sys::ibv_destroy_srq(s.as_ptr())
+            (self.ctx.lib.ibv_destroy_srq)(s.as_ptr())
         })?;
         self.srqs.remove(srq.0);
         Ok(())
@@ -109,7 +99,7 @@ impl Verbs {
         let f = unsafe { (*(*s.as_ptr()).context).ops.post_srq_recv };
         let f =
             f.ok_or_else(|| post_error(verbs_error("ibv_post_srq_recv", libc::EOPNOTSUPP), 0))?;
-        let mut bad: *mut sys::ibv_recv_wr = null_mut();
+        let mut bad: *mut abi::ibv_recv_wr = null_mut();
         // SAFETY: the provider's entry point on its SRQ, with a NULL-terminated chain whose
         // `sg_list`s point into `sges`; both outlive the call (the provider copies what it
         // needs, man:ibv_post_srq_recv.3).
@@ -117,7 +107,7 @@ impl Verbs {
         if ret == 0 {
             return Ok(());
         }
-        let size = std::mem::size_of::<sys::ibv_recv_wr>();
+        let size = std::mem::size_of::<abi::ibv_recv_wr>();
         let i = index_of(base as usize, bad as usize, size, chain.len());
         Err(post_error(
             verbs_error("ibv_post_srq_recv", errno_of_ret(ret)),

@@ -3,14 +3,16 @@
 //! channels in `events.rs`, SRQs in `srq.rs`.
 
 use super::context::{set_nonblocking, Context};
-use super::{check, null_error, sys};
-use crate::convert::{cap_from_c, cap_to_c};
+use super::{check, gid_of, null_error, wc_imm};
 use crate::error::verbs_error;
 use crate::table::Table;
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use verbs_abi as abi;
+use verbs_abi::convert::{cap_from_c, cap_to_c, qp_attr_from_query, wc_from_c, wc_zeroed};
 use verbs_core::{
-    AccessFlags, CqHandle, Error, Mr, MrHandle, PdHandle, Qp, QpHandle, QpInitAttr, QpType,
+    AccessFlags, CqHandle, Error, Mr, MrHandle, PdHandle, Qp, QpAttr, QpHandle, QpInitAttr, QpType,
+    WorkCompletion,
 };
 
 /// Alignment of memory-region buffers: a page, as registration pins whole pages.
@@ -29,7 +31,7 @@ const QUERY_MASK: libc::c_int = (1 << 21) - 1;
 /// `mr`.
 #[derive(Debug)]
 pub(super) struct MrEntry {
-    mr: NonNull<sys::ibv_mr>,
+    mr: NonNull<abi::ibv_mr>,
     buf: NonNull<u8>,
     layout: Layout,
 }
@@ -37,14 +39,14 @@ pub(super) struct MrEntry {
 /// A CQ and whether it reports to the device's completion channel.
 #[derive(Debug)]
 pub(super) struct CqEntry {
-    pub(super) cq: NonNull<sys::ibv_cq>,
+    pub(super) cq: NonNull<abi::ibv_cq>,
     channel: bool,
 }
 
 /// A QP with its creation attributes (the handles it was created with, the granted `cap`).
 #[derive(Debug)]
 pub(super) struct QpEntry {
-    pub(super) qp: NonNull<sys::ibv_qp>,
+    pub(super) qp: NonNull<abi::ibv_qp>,
     init: QpInitAttr,
 }
 
@@ -56,13 +58,13 @@ pub(super) struct QpEntry {
 /// and closes the context, in that order.
 #[derive(Debug)]
 pub(crate) struct Verbs {
-    pub(super) channel: NonNull<sys::ibv_comp_channel>,
-    pub(super) pds: Table<NonNull<sys::ibv_pd>>,
+    pub(super) channel: NonNull<abi::ibv_comp_channel>,
+    pub(super) pds: Table<NonNull<abi::ibv_pd>>,
     pub(super) mrs: Table<MrEntry>,
     pub(super) cqs: Table<CqEntry>,
     pub(super) qps: Table<QpEntry>,
     /// Shared receive queues (`srq.rs`).
-    pub(super) srqs: Table<NonNull<sys::ibv_srq>>,
+    pub(super) srqs: Table<NonNull<abi::ibv_srq>>,
     /// Last field: closed after everything above is destroyed in `Drop`.
     pub(super) ctx: Context,
 }
@@ -82,7 +84,7 @@ impl Verbs {
     /// async fd non-blocking.
     pub(super) fn new(ctx: Context) -> Result<Verbs, Error> {
         // SAFETY: a live context.
-        let channel = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
+        let channel = unsafe { (ctx.lib.ibv_create_comp_channel)(ctx.as_ptr()) };
         let channel = NonNull::new(channel).ok_or_else(|| null_error("ibv_create_comp_channel"))?;
         let verbs = Verbs {
             channel,
@@ -111,7 +113,7 @@ impl Verbs {
         unsafe { (*self.channel.as_ptr()).fd }
     }
 
-    pub(super) fn pd(&self, pd: PdHandle) -> Result<NonNull<sys::ibv_pd>, Error> {
+    pub(super) fn pd(&self, pd: PdHandle) -> Result<NonNull<abi::ibv_pd>, Error> {
         self.pds
             .get(pd.0)
             .copied()
@@ -133,7 +135,7 @@ impl Verbs {
     /// `ibv_alloc_pd`.
     pub(crate) fn alloc_pd(&mut self) -> Result<PdHandle, Error> {
         // SAFETY: a live context.
-        let pd = unsafe { sys::ibv_alloc_pd(self.ctx.as_ptr()) };
+        let pd = unsafe { (self.ctx.lib.ibv_alloc_pd)(self.ctx.as_ptr()) };
         let pd = NonNull::new(pd).ok_or_else(|| null_error("ibv_alloc_pd"))?;
         Ok(PdHandle(self.pds.insert(pd)))
     }
@@ -142,7 +144,9 @@ impl Verbs {
     pub(crate) fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), Error> {
         let p = self.pd(pd)?;
         // SAFETY: a live PD of this context; on success it is removed from the table.
-        check("ibv_dealloc_pd", unsafe { sys::ibv_dealloc_pd(p.as_ptr()) })?;
+        check("ibv_dealloc_pd", unsafe {
+            (self.ctx.lib.ibv_dealloc_pd)(p.as_ptr())
+        })?;
         self.pds.remove(pd.0);
         Ok(())
     }
@@ -170,7 +174,8 @@ impl Verbs {
             return Err(verbs_error("memory region allocation", libc::ENOMEM));
         };
         // SAFETY: a live PD; `buf` is `length` bytes the device owns until deregistration.
-        let mr = unsafe { sys::ibv_reg_mr(p.as_ptr(), buf.as_ptr().cast(), length, access) };
+        let mr =
+            unsafe { (self.ctx.lib.ibv_reg_mr)(p.as_ptr(), buf.as_ptr().cast(), length, access) };
         let Some(mr) = NonNull::new(mr) else {
             let e = null_error("ibv_reg_mr");
             // SAFETY: allocated above with `layout`, not registered, freed once.
@@ -193,7 +198,9 @@ impl Verbs {
     pub(crate) fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), Error> {
         let m = self.mr(mr)?;
         // SAFETY: a live MR; on success it is removed from the table and its buffer freed.
-        check("ibv_dereg_mr", unsafe { sys::ibv_dereg_mr(m.mr.as_ptr()) })?;
+        check("ibv_dereg_mr", unsafe {
+            (self.ctx.lib.ibv_dereg_mr)(m.mr.as_ptr())
+        })?;
         if let Some(m) = self.mrs.remove(mr.0) {
             // SAFETY: the buffer of a deregistered MR (the device no longer accesses it),
             // allocated with `m.layout`, freed once.
@@ -255,7 +262,7 @@ impl Verbs {
         let cq_context = std::ptr::without_provenance_mut(h as usize);
         // SAFETY: a live context and channel (or none); `cq_context` is an opaque value
         // libibverbs only hands back.
-        let cq = unsafe { sys::ibv_create_cq(self.ctx.as_ptr(), n, cq_context, ch, 0) };
+        let cq = unsafe { (self.ctx.lib.ibv_create_cq)(self.ctx.as_ptr(), n, cq_context, ch, 0) };
         let cq = NonNull::new(cq).ok_or_else(|| null_error("ibv_create_cq"))?;
         // Nothing was inserted since `vacant`: this is `h`, the CQ's `cq_context`.
         Ok(CqHandle(self.cqs.insert(CqEntry { cq, channel })))
@@ -266,7 +273,9 @@ impl Verbs {
         let c = self.cq(cq)?.cq;
         // SAFETY: a live CQ; every event it reported was acked at once (`next_cq_event`), so
         // libibverbs does not wait; on success it leaves the table.
-        check("ibv_destroy_cq", unsafe { sys::ibv_destroy_cq(c.as_ptr()) })?;
+        check("ibv_destroy_cq", unsafe {
+            (self.ctx.lib.ibv_destroy_cq)(c.as_ptr())
+        })?;
         self.cqs.remove(cq.0);
         Ok(())
     }
@@ -294,20 +303,21 @@ impl Verbs {
     }
 
     /// `ibv_poll_cq` (verbs.h's inline: `context->ops.poll_cq`) in batches until `max`
-    /// completions or the CQ is empty, handing each to `each`; returns how many. A negative
+    /// completions or the CQ is empty, handing each to `each` (converted, `imm_data` the
+    /// union's raw value); returns how many. A negative
     /// return is `EIO` (with the value in the message) when it comes first; after some
     /// completions it ends the call, and the next call reports it.
     pub(crate) fn poll_cq(
         &mut self,
         cq: CqHandle,
         max: usize,
-        mut each: impl FnMut(&sys::ibv_wc),
+        mut each: impl FnMut(WorkCompletion),
     ) -> Result<usize, Error> {
         let c = self.cq(cq)?.cq;
         // SAFETY: a live CQ of a live context.
         let f = unsafe { (*(*c.as_ptr()).context).ops.poll_cq };
         let f = f.ok_or_else(|| verbs_error("ibv_poll_cq", libc::EOPNOTSUPP))?;
-        let mut buf = [empty_wc(); POLL_BATCH];
+        let mut buf = [wc_zeroed(); POLL_BATCH];
         let mut total = 0;
         while total < max {
             let want = (max - total).min(POLL_BATCH);
@@ -325,7 +335,9 @@ impl Verbs {
                 ));
             }
             let got = usize::try_from(got).unwrap_or(0).min(want);
-            buf.iter().take(got).for_each(&mut each);
+            buf.iter()
+                .take(got)
+                .for_each(|w| each(wc_from_c(w, wc_imm(w))));
             total += got;
             if got < want {
                 break;
@@ -350,18 +362,18 @@ impl Verbs {
                 "UD QPs are not supported by the hardware backend",
             ));
         }
-        let mut attr = sys::ibv_qp_init_attr {
+        let mut attr = abi::ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.as_ptr(),
             recv_cq: recv_cq.as_ptr(),
             srq,
             cap: cap_to_c(&init.cap),
-            qp_type: u32::from(init.qp_type.raw()),
+            qp_type: abi::ibv_qp_type::from(init.qp_type.raw()),
             sq_sig_all: libc::c_int::from(init.sq_sig_all),
         };
         // SAFETY: a live PD and live CQs of this context; `attr` is readable and writable (the
         // provider writes the granted `cap` back).
-        let qp = unsafe { sys::ibv_create_qp(p.as_ptr(), &mut attr) };
+        let qp = unsafe { (self.ctx.lib.ibv_create_qp)(p.as_ptr(), &mut attr) };
         let qp = NonNull::new(qp).ok_or_else(|| null_error("ibv_create_qp"))?;
         // SAFETY: a live QP just created.
         let qp_num = unsafe { (*qp.as_ptr()).qp_num };
@@ -380,32 +392,36 @@ impl Verbs {
     pub(crate) fn modify_qp(
         &mut self,
         qp: QpHandle,
-        attr: &mut sys::ibv_qp_attr,
+        attr: &mut abi::ibv_qp_attr,
         mask: libc::c_int,
     ) -> Result<(), Error> {
         let q = self.qp(qp)?.qp;
         // SAFETY: a live QP; `attr` is a readable `ibv_qp_attr` (no pointers in it).
         check("ibv_modify_qp", unsafe {
-            sys::ibv_modify_qp(q.as_ptr(), attr, mask)
+            (self.ctx.lib.ibv_modify_qp)(q.as_ptr(), attr, mask)
         })
     }
 
-    /// `ibv_query_qp` of every attribute; the creation attributes with the `cap` the query
-    /// reports (the granted one).
-    pub(crate) fn query_qp(&self, qp: QpHandle) -> Result<(sys::ibv_qp_attr, QpInitAttr), Error> {
+    /// `ibv_query_qp` of every attribute (read leniently: `qp_attr_from_query`); the creation
+    /// attributes with the `cap` the query reports (the granted one).
+    pub(crate) fn query_qp(&self, qp: QpHandle) -> Result<(QpAttr, QpInitAttr), Error> {
         let e = self.qp(qp)?;
         // SAFETY: integers, arrays and unions of integers: all-zero is valid.
-        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        let mut attr: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
         // SAFETY: as above, plus raw pointers, for which all-zero is NULL.
-        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mut init: abi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: a live QP and two writable structs of the right types.
-        let ret = unsafe { sys::ibv_query_qp(e.qp.as_ptr(), &mut attr, QUERY_MASK, &mut init) };
+        let ret =
+            unsafe { (self.ctx.lib.ibv_query_qp)(e.qp.as_ptr(), &mut attr, QUERY_MASK, &mut init) };
         check("ibv_query_qp", ret)?;
         let granted = QpInitAttr {
             cap: cap_from_c(&init.cap),
             ..e.init
         };
-        Ok((attr, granted))
+        Ok((
+            qp_attr_from_query(&attr, gid_of(&attr.ah_attr.grh.dgid)),
+            granted,
+        ))
     }
 
     /// `ibv_destroy_qp`.
@@ -413,28 +429,11 @@ impl Verbs {
         let q = self.qp(qp)?.qp;
         // SAFETY: a live QP; its async events were acked at once, so libibverbs does not wait;
         // on success it leaves the table.
-        check("ibv_destroy_qp", unsafe { sys::ibv_destroy_qp(q.as_ptr()) })?;
+        check("ibv_destroy_qp", unsafe {
+            (self.ctx.lib.ibv_destroy_qp)(q.as_ptr())
+        })?;
         self.qps.remove(qp.0);
         Ok(())
-    }
-}
-
-/// An all-zero work completion, to poll into.
-fn empty_wc() -> sys::ibv_wc {
-    sys::ibv_wc {
-        wr_id: 0,
-        status: 0,
-        opcode: 0,
-        vendor_err: 0,
-        byte_len: 0,
-        imm_data_invalidated_rkey_union: sys::imm_data_invalidated_rkey_union_t { imm_data: 0 },
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        pkey_index: 0,
-        slid: 0,
-        sl: 0,
-        dlid_path_bits: 0,
     }
 }
 
@@ -444,19 +443,19 @@ impl Drop for Verbs {
         // belongs to a context about to be closed (the kernel then frees it).
         for q in self.qps.drain() {
             // SAFETY: a live QP of this context, destroyed once.
-            let _ = unsafe { sys::ibv_destroy_qp(q.qp.as_ptr()) };
+            let _ = unsafe { (self.ctx.lib.ibv_destroy_qp)(q.qp.as_ptr()) };
         }
         for s in self.srqs.drain() {
             // SAFETY: a live SRQ of this context, destroyed once (after its QPs).
-            let _ = unsafe { sys::ibv_destroy_srq(s.as_ptr()) };
+            let _ = unsafe { (self.ctx.lib.ibv_destroy_srq)(s.as_ptr()) };
         }
         for c in self.cqs.drain() {
             // SAFETY: a live CQ of this context, destroyed once (after its QPs).
-            let _ = unsafe { sys::ibv_destroy_cq(c.cq.as_ptr()) };
+            let _ = unsafe { (self.ctx.lib.ibv_destroy_cq)(c.cq.as_ptr()) };
         }
         for m in self.mrs.drain() {
             // SAFETY: a live MR of this context, deregistered once.
-            if unsafe { sys::ibv_dereg_mr(m.mr.as_ptr()) } == 0 {
+            if unsafe { (self.ctx.lib.ibv_dereg_mr)(m.mr.as_ptr()) } == 0 {
                 // SAFETY: the buffer of a deregistered MR, allocated with `m.layout`. When
                 // deregistration fails the buffer is leaked instead: the NIC may still write it.
                 unsafe { std::alloc::dealloc(m.buf.as_ptr(), m.layout) };
@@ -465,10 +464,10 @@ impl Drop for Verbs {
         for p in self.pds.drain() {
             // SAFETY: a live PD of this context, deallocated once (after its MRs, QPs and
             // SRQs).
-            let _ = unsafe { sys::ibv_dealloc_pd(p.as_ptr()) };
+            let _ = unsafe { (self.ctx.lib.ibv_dealloc_pd)(p.as_ptr()) };
         }
         // SAFETY: the context's channel, destroyed once, after every CQ that used it.
-        let _ = unsafe { sys::ibv_destroy_comp_channel(self.channel.as_ptr()) };
+        let _ = unsafe { (self.ctx.lib.ibv_destroy_comp_channel)(self.channel.as_ptr()) };
         // `self.ctx` closes the device when dropped, after this body.
     }
 }

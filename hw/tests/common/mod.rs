@@ -1,6 +1,7 @@
 //! What the tests that load librnic.so share: re-running the test binary in a child process
-//! whose libibverbs.so.1 is librnic.so (rdma-mummy-sys loads libibverbs when the process
-//! starts, so the parent cannot switch), and helpers to set up and wait on QPs.
+//! whose libibverbs.so.1 is librnic.so (the dynamic loader reads `LD_LIBRARY_PATH` when the
+//! process starts, and the backend keeps the library it loaded for the process's life, so the
+//! parent cannot switch), and helpers to set up and wait on QPs.
 
 #![allow(dead_code, unsafe_code, clippy::unwrap_used, clippy::expect_used)] // each binary uses a part
 

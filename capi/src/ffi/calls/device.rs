@@ -139,7 +139,7 @@ impl Calls {
         let ap: *mut ibv_port_attr = if null_attr { null_mut() } else { &mut a };
         set_errno(0);
         // SAFETY: a live context; `ap` NULL (checked) or a writable full `ibv_port_attr`.
-        let r = ret(unsafe { verbs::ibv_query_port(c.p, port, ap) });
+        let r = ret(unsafe { verbs::ibv_query_port(c.p, port, ap.cast()) });
         Some((r, (!null_attr).then_some(a)))
     }
 

@@ -5,8 +5,9 @@ use super::{
     link, ops_of, ops_of_object, ret, BadWr, Calls, Made, QpInfo, QpInit, QpRef, RecvWr, Ret,
     SendWr,
 };
+use crate::abi::convert;
 use crate::abi::*;
-use crate::ffi::{convert, qp, set_errno};
+use crate::ffi::{qp, set_errno};
 use libc::c_int;
 use std::ptr::null_mut;
 

@@ -1,8 +1,9 @@
 //! The values the calls take and return: C structs with owned memory and slots for their
 //! pointers, and the fields read back from live objects.
 
+use crate::abi::convert;
 use crate::abi::*;
-use crate::ffi::convert;
+use crate::ffi::raw;
 use libc::c_int;
 
 /// What an `int` call returned and `errno` after it (set to 0 before the call).
@@ -171,7 +172,7 @@ pub enum SockAddr {
 
 impl SockAddr {
     pub(super) fn storage(&self) -> libc::sockaddr_storage {
-        let mut ss = convert::zeroed_storage();
+        let mut ss = raw::zeroed_storage();
         let p: *mut libc::sockaddr_storage = &mut ss;
         match *self {
             SockAddr::Ip(std::net::SocketAddr::V4(a)) => {

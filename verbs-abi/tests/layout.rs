@@ -1,8 +1,10 @@
-//! `rnic::abi` against rdma-core's own headers: a C probe, compiled with `cc` against
+//! `verbs_abi` against rdma-core's own headers: a C probe, compiled with `cc` against
 //! `<infiniband/verbs.h>`, `<infiniband/sa.h>`, `<infiniband/ib.h>` and `<rdma/rdma_cma.h>`,
 //! prints the size and alignment of every type, the offset and size of every field (nested
 //! ones included), the size and signedness of every enum type and the value of every constant
-//! of [`abi::CONSTANTS`]; the same numbers computed in Rust must be equal, one by one.
+//! of [`abi::CONSTANTS`]; the same numbers computed in Rust must be equal, one by one. Each
+//! prototype of [`abi::functions`] is spelled in C from its Rust type and must be compatible
+//! with the header's declaration (`__builtin_types_compatible_p`).
 //!
 //! The tables below are written once: `layout_checks!` turns each row into both the C
 //! expression and the Rust value. Without the headers (libibverbs-dev, librdmacm-dev) the test
@@ -15,7 +17,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rnic::abi;
+use verbs_abi as abi;
 
 /// The headers the probe includes, by package: their absence means "not installed".
 const HEADERS: [(&str, &str); 2] = [
@@ -334,6 +336,104 @@ fn constant_checks() -> Vec<Check> {
         .collect()
 }
 
+/// The C spelling of a Rust type of the ABI, for the prototype checks: `c_int` is `int`, a
+/// struct is `struct name`, `*mut T` is `T *`, a function pointer `R (*)(A, B)`.
+trait CType {
+    fn c() -> String;
+}
+
+macro_rules! c_types {
+    ($($rust:ty => $c:literal),* $(,)?) => {
+        $(impl CType for $rust {
+            fn c() -> String {
+                $c.to_owned()
+            }
+        })*
+    };
+}
+
+c_types! {
+    () => "void",
+    libc::c_void => "void",
+    libc::c_char => "char",
+    libc::c_int => "int",
+    libc::c_uint => "unsigned int",
+    u8 => "uint8_t",
+    usize => "size_t",
+    abi::ibv_device => "struct ibv_device",
+    abi::ibv_context => "struct ibv_context",
+    abi::ibv_device_attr => "struct ibv_device_attr",
+    abi::_compat_ibv_port_attr => "struct _compat_ibv_port_attr",
+    abi::ibv_gid => "union ibv_gid",
+    abi::ibv_comp_channel => "struct ibv_comp_channel",
+    abi::ibv_pd => "struct ibv_pd",
+    abi::ibv_mr => "struct ibv_mr",
+    abi::ibv_cq => "struct ibv_cq",
+    abi::ibv_qp => "struct ibv_qp",
+    abi::ibv_qp_attr => "struct ibv_qp_attr",
+    abi::ibv_qp_init_attr => "struct ibv_qp_init_attr",
+    abi::ibv_srq => "struct ibv_srq",
+    abi::ibv_srq_attr => "struct ibv_srq_attr",
+    abi::ibv_srq_init_attr => "struct ibv_srq_init_attr",
+    abi::ibv_async_event => "struct ibv_async_event",
+}
+
+impl<T: CType> CType for *mut T {
+    fn c() -> String {
+        format!("{} *", T::c())
+    }
+}
+
+impl<T: CType> CType for *const T {
+    fn c() -> String {
+        format!("const {} *", T::c())
+    }
+}
+
+macro_rules! c_fn_types {
+    ($(($($arg:ident),+)),* $(,)?) => {
+        $(impl<R: CType, $($arg: CType),+> CType for unsafe extern "C" fn($($arg),+) -> R {
+            fn c() -> String {
+                let args: Vec<String> = vec![$($arg::c()),+];
+                format!("{} (*)({})", R::c(), args.join(", "))
+            }
+        })*
+    };
+}
+
+c_fn_types!((A), (A, B), (A, B, C), (A, B, C, D), (A, B, C, D, E));
+
+/// Each prototype of `abi::functions` against the header's declaration of the function.
+macro_rules! prototype_checks {
+    ($($name:ident),* $(,)?) => {
+        vec![$({
+            let c_type = <abi::functions::$name as CType>::c();
+            Check::new(
+                format!("prototype of {}: {c_type}", stringify!($name)),
+                format!(
+                    "__builtin_types_compatible_p(__typeof__(&{}), {c_type})",
+                    stringify!($name)
+                ),
+                1,
+            )
+        }),*]
+    };
+}
+
+/// Every prototype of `abi::functions` declared in the installed headers (`ibv_query_gid_type`
+/// is in rdma-core's private `driver.h`, which no package installs: not checked).
+fn function_checks() -> Vec<Check> {
+    prototype_checks! {
+        ibv_get_device_list, ibv_free_device_list, ibv_get_device_name, ibv_open_device,
+        ibv_close_device, ibv_query_device, ibv_query_port, ibv_query_gid,
+        ibv_create_comp_channel, ibv_destroy_comp_channel, ibv_alloc_pd, ibv_dealloc_pd,
+        ibv_reg_mr, ibv_dereg_mr, ibv_create_cq, ibv_destroy_cq, ibv_get_cq_event,
+        ibv_ack_cq_events, ibv_create_qp, ibv_modify_qp, ibv_query_qp, ibv_destroy_qp,
+        ibv_create_srq, ibv_modify_srq, ibv_query_srq, ibv_destroy_srq, ibv_get_async_event,
+        ibv_ack_async_event,
+    }
+}
+
 /// The C probe: prints each check's expression, one decimal per line, in order.
 fn probe_source(checks: &[Check]) -> String {
     let mut src = String::from(
@@ -412,6 +512,7 @@ fn abi_matches_rdma_core_headers() {
         cm_checks(),
         enum_type_checks(),
         constant_checks(),
+        function_checks(),
     ]
     .into_iter()
     .flatten()

@@ -1,12 +1,21 @@
+//! # verbs-abi — the one definition of the libibverbs and librdmacm C ABI
+//!
 //! The C structs of libibverbs and librdmacm, laid out as rdma-core 44's headers lay them out on
-//! x86-64 Linux:
+//! x86-64 Linux. Both directions of the C ABI use them: `rnic-capi` (librnic.so) exports them
+//! to C programs, and `rnic-hw` (feature `hw`) reads them from a real libibverbs it loads at
+//! run time.
 //!
 //! * `/usr/include/infiniband/verbs.h` → [`verbs`] (the `ibv_*` structs),
 //! * `/usr/include/rdma/rdma_cma.h`, `/usr/include/infiniband/sa.h` (`ibv_sa_path_rec`) and
 //!   `/usr/include/infiniband/ib.h` (`sockaddr_ib`) → [`cm`] (the `rdma_*` structs),
-//! * the constants of both, and the integer types of their enums → [`consts`].
+//! * the constants of both, and the integer types of their enums → [`consts`];
+//! * [`functions`]: the prototypes of the libibverbs functions both directions use, as
+//!   function pointer types;
+//! * [`convert`]: the conversions between these structs and `verbs-core`'s types (pure field
+//!   mapping; what needs a pointer dereferenced or a union read stays in the FFI crates).
 //!
-//! All three are re-exported here: `abi::ibv_qp`, `abi::IBV_WR_SEND` are the paths to use.
+//! All three are re-exported here: `verbs_abi::ibv_qp`, `verbs_abi::IBV_WR_SEND` are the paths to
+//! use (`rnic::abi::…` in `rnic-capi`, which re-exports this crate as `abi`).
 //! Types, fields and constants carry the C names, every field is in header order with the
 //! header's type (`uint32_t` → `u32`, `int` → [`c_int`](libc::c_int), `__be32` → [`__be32`],
 //! `pthread_mutex_t` → [`libc::pthread_mutex_t`], a function pointer →
@@ -45,8 +54,8 @@
 //! an `AF_IB` address ([`sockaddr_ib`], 48 bytes) fits in it. The C field `ibv_mw.type` is
 //! `r#type`.
 //!
-//! Reading a union field is `unsafe`; this module only defines the types (the crate denies
-//! `unsafe_code`). Every type is `Clone + Copy`, as union members must be.
+//! Reading a union field is `unsafe`; this crate only defines the types (it forbids
+//! `unsafe_code`: the FFI crates read unions). Every type is `Clone + Copy`, as union members must be.
 
 // C names: `ibv_qp`, `__be32`, `_ibv_device_ops`.
 #![allow(non_camel_case_types)]
@@ -90,6 +99,8 @@ macro_rules! c_constants {
 
 pub mod cm;
 pub mod consts;
+pub mod convert;
+pub mod functions;
 pub mod verbs;
 
 pub use cm::*;
