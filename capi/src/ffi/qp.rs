@@ -3,7 +3,7 @@
 //! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
 
 use super::memory::post_send_with_inline;
-use super::objects::{leak, registry, AhBox};
+use super::objects::{leak, registry, AhBox, QpBox};
 use super::raw::gid_from_c;
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
 use crate::abi::convert::*;
@@ -66,14 +66,15 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
     Ok(leak_qp(context, pd, a, qp))
 }
 
-/// The `struct ibv_qp` of a created QP, registered under its number (async events name it).
+/// The `struct ibv_qp` of a created QP (the first member of its [`QpBox`]), registered under
+/// its number (async events name it).
 pub(super) fn leak_qp(
     context: *mut ibv_context,
     pd: *mut ibv_pd,
     a: &ibv_qp_init_attr,
     qp: Qp,
 ) -> *mut ibv_qp {
-    let p = leak(ibv_qp {
+    let base = ibv_qp {
         context,
         qp_context: a.qp_context,
         pd,
@@ -89,7 +90,8 @@ pub(super) fn leak_qp(
         // SAFETY: as above.
         cond: unsafe { std::mem::zeroed() },
         events_completed: 0,
-    });
+    };
+    let p = leak(QpBox::new(base, &a.cap)).cast::<ibv_qp>();
     registry().qps.insert(qp.qp_num, p as usize);
     p
 }
@@ -184,8 +186,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             }
             Ok(())
         };
-        // SAFETY: as above.
-        unsafe { destroy_boxed(qp, |q| q.handle, destroy) }
+        // SAFETY: as above; every QP is a `QpBox`.
+        unsafe { destroy_boxed(qp.cast::<QpBox>(), |q| q.c.qp_base.handle, destroy) }
     })
 }
 
