@@ -6,7 +6,6 @@ use super::objects::{leak, registry, CompChannelBox, CqBox};
 use super::{errno_of, fail, fail_null, guard, rt};
 use crate::abi::convert::*;
 use crate::abi::*;
-use crate::runtime::wait_token;
 use libc::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -163,7 +162,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // alive while this thread waits outside every lock.
         let (num, fd) = unsafe { ((*b).num, Arc::clone(&(*b).fd)) };
         loop {
-            if let Err(e) = wait_token(&fd) {
+            if let Err(e) = r.wait_token_or_progress(&fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }
             let got = r.with(|n, _| {
@@ -233,6 +232,12 @@ pub(super) fn poll_into(
     buf.clear();
     r.with_quiet(|n, _| n.dev().poll_cq(h, max, buf))
         .map_err(|e| errno_of(&e))?;
+    // An empty CQ: receive what the peer sent from this thread (a spinning poller would
+    // otherwise wait for the progress thread to get a CPU), then look again.
+    if buf.is_empty() && max > 0 && r.progress() {
+        r.with_quiet(|n, _| n.dev().poll_cq(h, max, buf))
+            .map_err(|e| errno_of(&e))?;
+    }
     buf.truncate(max);
     Ok(buf.len())
 }
