@@ -181,7 +181,12 @@ impl Endpoint for Node {
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         loop {
-            let t = Endpoint::poll_transmit(&mut self.nic, now)?;
+            let Some(t) = Endpoint::poll_transmit(&mut self.nic, now) else {
+                // The send step makes completions too (a UD SEND completes when its datagram
+                // leaves): raise the channels once it is over, as after every other step.
+                self.signal(now);
+                return None;
+            };
             if !self.lose() {
                 return Some(t);
             }
