@@ -64,6 +64,14 @@
 //!   inline data past `max_inline_data` (ENOSPC, nothing posted), `ibv_wr_abort`, an inline
 //!   list; `ibv_poll_cq` on `ibv_cq_ex_to_cq`; libefa's `efadv_query_device` is EOPNOTSUPP and
 //!   libmlx5's `mlx5dv_is_supported` false (both read `verbs_device`/`verbs_context`).
+//! * `cm_details.c` (one process, a listener and a client): `rdma_getaddrinfo` with no node,
+//!   service or hints is EINVAL, with hints only gives their flags, types and addresses, copies
+//!   a source address of the hints beside a resolved destination, and returns `EAI_NONAME` for
+//!   a numeric lookup of a name; `rdma_bind_addr` to a loopback address that is not the RNIC's
+//!   binds to the device; a bound id has `id->pd`; `rdma_create_qp` writes back rxe's send
+//!   limits (16 inline bytes for one SGE); `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` in
+//!   `rdma_connect`/`rdma_accept` are the device's maxima in the request; a 16-byte inline
+//!   SEND; UC and XRC QPs are EOPNOTSUPP; the disconnect of both sides.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
@@ -571,6 +579,28 @@ fn extended_verbs() {
             "wr_abort_posts_nothing",
             "poll_cq_on_cq_ex",
             "provider_probes",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn librdmacm_details() {
+    check(
+        "cm_details",
+        71,
+        &[],
+        &[
+            "getaddrinfo_all_null_einval",
+            "getaddrinfo_hints_only",
+            "getaddrinfo_node_with_source_hint",
+            "getaddrinfo_failure_is_eai_code",
+            "bind_loopback_binds_the_device",
+            "bound_id_has_pd",
+            "create_qp_rounds_inline_as_rxe",
+            "max_resources_mean_the_device_maxima",
+            "inline_send_of_16_bytes",
+            "uc_and_xrc_qps_eopnotsupp",
             "teardown",
         ],
     );

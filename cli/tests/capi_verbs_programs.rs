@@ -8,7 +8,11 @@
 //!   progress thread, or the lost messages would never be resent and the run would hang;
 //! * `ibv_ud_pingpong -e` and `ib_send_lat -c UD -e`: UD SEND completions, made when the
 //!   datagram leaves, wake the completion channel (they were made after the channel was
-//!   signalled, and `ib_send_lat -c UD -e` hung).
+//!   signalled, and `ib_send_lat -c UD -e` hung);
+//! * `rdma_xserver`/`rdma_xclient` (RC): `rdma_getaddrinfo` with `RAI_PASSIVE` and no node,
+//!   `rdma_create_ep`, `rdma_connect(id, NULL)` (the device's maximum RDMA resources) and a
+//!   16-byte `IBV_SEND_INLINE` SEND on a QP that asked for one send SGE and no inline data
+//!   (rxe grants 16 inline bytes).
 //!
 //! Each test has its own addresses (server 127.0.N.1, client 127.0.N.2, N in 75..89) and its
 //! own TCP / rdma_cm port (19000 + N). Run one with both outputs shown:
@@ -23,6 +27,41 @@ mod common_programs;
 use common_programs::{
     run_pair, run_perftest, tools_available, Net, PairSpec, Perftest, Program, Ready, DEVICE,
 };
+
+/// `rdma_xserver`/`rdma_xclient` (rdma-core `librdmacm/examples`): one 16-byte inline SEND from
+/// the client, received by the server; each prints `<name>: start` and `<name>: end 0`.
+#[test]
+fn rdma_xserver_xclient() {
+    let name = "rdma_xserver/rdma_xclient";
+    if !tools_available(name, &["rdma_xserver", "rdma_xclient"]) {
+        return;
+    }
+    let net = Net::new(78);
+    let (server_ip, port) = (net.server_ip(), net.port_arg());
+    let spec = PairSpec {
+        name: name.into(),
+        server: Program::new(&server_ip, &["rdma_xserver", "-p", &port]),
+        client: Program::new(
+            &net.client_ip(),
+            &["rdma_xclient", "-s", &server_ip, "-p", &port],
+        ),
+        ready: Ready::RdmaListen,
+        server_stays: false,
+    };
+    let out = run_pair(&spec);
+    out.assert_success();
+    for (side, stdout) in [
+        ("rdma_xserver", &out.server.stdout),
+        ("rdma_xclient", &out.client.stdout),
+    ] {
+        let lines: Vec<&str> = stdout.lines().map(str::trim).collect();
+        let want = [format!("{side}: start"), format!("{side}: end 0")];
+        out.check(lines == want, || {
+            format!("{side} printed {lines:?}, not {want:?}")
+        });
+    }
+    out.show();
+}
 
 /// Iterations of the pingpong tests.
 const PINGPONG_ITERS: &str = "300";

@@ -96,6 +96,8 @@ pub(super) unsafe extern "C" fn create_qp_ex(
             Ok(qp) => qp,
             Err(e) => return fail_null(e),
         };
+        // SAFETY: `attr` is writable (ibv_create_qp_ex(3) writes the granted caps back).
+        super::qp::granted_cap(qp, unsafe { &mut (*attr).cap });
         // SAFETY: `qp` is the `QpBox` just made; nothing else uses it yet.
         let b = unsafe { &mut *qp.cast::<QpBox>() };
         b.extended = true;

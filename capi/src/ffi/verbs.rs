@@ -12,6 +12,7 @@ use super::objects::leak;
 use super::{destroy_boxed, errno_of, fail, fail_null, guard, rt, unsupported};
 use crate::abi::convert::*;
 use crate::abi::*;
+use crate::runtime::Node;
 use libc::{c_char, c_int, c_void};
 use std::ptr::{self, null_mut};
 use std::sync::{Arc, OnceLock};
@@ -25,18 +26,36 @@ pub(super) fn cm_context() -> *mut ibv_context {
         as *mut ibv_context
 }
 
-/// The PD `rdma_create_qp(id, NULL, …)` uses (librdmacm's per-device PD).
+/// librdmacm's per-device PD (`cma_dev->pd`), made once.
+static CM_PD: OnceLock<usize> = OnceLock::new();
+
+/// The PD of rdma_cm ids, `id->pd` once an id is bound to the device and the PD
+/// `rdma_create_qp(id, NULL, …)` uses (librdmacm `ucma_get_device`: `id->pd = cma_dev->pd`).
+///
+/// # Errors
+/// `ENODEV` (no runtime), the device's errno (`ENOMEM` past `max_pd`).
 pub(super) fn cm_pd() -> Result<*mut ibv_pd, i32> {
-    static PD: OnceLock<usize> = OnceLock::new();
-    if let Some(p) = PD.get() {
+    if let Some(p) = CM_PD.get() {
         return Ok(*p as *mut ibv_pd);
     }
-    // SAFETY: `cm_context()` is a live context of this library.
-    let pd = unsafe { ibv_alloc_pd(cm_context()) };
-    if pd.is_null() {
-        return Err(nix::errno::Errno::last_raw());
+    rt()?.with(|n, _| cm_pd_in(n))
+}
+
+/// [`cm_pd`] for a caller that holds the node `n` (the PD is made under the node lock, so two
+/// threads cannot both make it).
+///
+/// # Errors
+/// As [`cm_pd`].
+pub(super) fn cm_pd_in(n: &mut Node) -> Result<*mut ibv_pd, i32> {
+    if let Some(p) = CM_PD.get() {
+        return Ok(*p as *mut ibv_pd);
     }
-    Ok(*PD.get_or_init(|| pd as usize) as *mut ibv_pd)
+    let h = n.dev().alloc_pd().map_err(|e| errno_of(&e))?;
+    let pd = leak(ibv_pd {
+        context: cm_context(),
+        handle: h.0,
+    });
+    Ok(*CM_PD.get_or_init(|| pd as usize) as *mut ibv_pd)
 }
 
 #[no_mangle]
