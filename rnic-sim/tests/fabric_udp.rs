@@ -265,6 +265,8 @@ impl Endpoint for Collector {
 /// `UdpHandle::progress`: a caller that polls receives datagrams itself, and whichever thread
 /// (the caller or the driver) read a datagram, the endpoint gets them in the order sent.
 #[test]
+// A second thread sends while this one polls, and the poll loop has a wall-clock deadline.
+#[allow(clippy::disallowed_methods)]
 fn caller_progress_delivers_in_order_alongside_the_driver() {
     const N: u32 = 3000;
     let socket = loopback_socket();
