@@ -53,11 +53,30 @@
 //!   `rdma_disconnect` returns with DISCONNECTED; `rdma_get_request` on a listener with a
 //!   channel is EINVAL; `rdma_migrate_id` to a channel drops `id->event`, to NULL gives a new
 //!   private channel, and to NULL again is EINVAL.
+//! * `verbs_ex.c`: the extended verbs. The context is a `struct verbs_context`
+//!   (`verbs_get_ctx`, `sz`, the slots); `ibv_query_device_ex` (its `orig_attr` is
+//!   `ibv_query_device`'s; input `comp_mask` 1 is EINVAL); the extended `ibv_query_port`;
+//!   `ibv_create_cq_ex` (timestamps EOPNOTSUPP, readers as asked) and `ibv_create_qp_ex`
+//!   (LOCAL_INV EOPNOTSUPP, builders as asked, `ibv_qp_to_qp_ex` NULL for a plain QP); between
+//!   two loopback QPs, `ibv_wr_send` + `ibv_wr_set_sge` and `ibv_wr_send_imm` +
+//!   `ibv_wr_set_inline_data` polled with `ibv_start_poll`/`ibv_next_poll` (wr_id, opcode,
+//!   byte_len, imm, qp_num), `ibv_wr_rdma_write` with an SGE list and `ibv_wr_rdma_read`,
+//!   inline data past `max_inline_data` (ENOSPC, nothing posted), `ibv_wr_abort`, an inline
+//!   list; `ibv_poll_cq` on `ibv_cq_ex_to_cq`; libefa's `efadv_query_device` is EOPNOTSUPP and
+//!   libmlx5's `mlx5dv_is_supported` false (both read `verbs_device`/`verbs_context`).
+//! * `cm_details.c` (one process, a listener and a client): `rdma_getaddrinfo` with no node,
+//!   service or hints is EINVAL, with hints only gives their flags, types and addresses, copies
+//!   a source address of the hints beside a resolved destination, and returns `EAI_NONAME` for
+//!   a numeric lookup of a name; `rdma_bind_addr` to a loopback address that is not the RNIC's
+//!   binds to the device; a bound id has `id->pd`; `rdma_create_qp` writes back rxe's send
+//!   limits (16 inline bytes for one SGE); `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` in
+//!   `rdma_connect`/`rdma_accept` are the device's maxima in the request; a 16-byte inline
+//!   SEND; UC and XRC QPs are EOPNOTSUPP; the disconnect of both sides.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59 and 70..; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -536,6 +555,52 @@ fn cm_id_srq_and_notify() {
             "notify_other_event_einval",
             "destroy_srq_clears_id_srq",
             "destroy_ep_destroys_srq",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn extended_verbs() {
+    check(
+        "verbs_ex",
+        70,
+        &[],
+        &[
+            "verbs_context",
+            "query_device_ex",
+            "query_port_extended",
+            "create_cq_ex_unsupported_flags",
+            "create_qp_ex_unsupported_ops",
+            "qp_to_qp_ex",
+            "wr_send_and_poll_ex",
+            "wr_rdma_write_sge_list_and_read",
+            "wr_inline_too_long_enospc",
+            "wr_abort_posts_nothing",
+            "poll_cq_on_cq_ex",
+            "provider_probes",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn librdmacm_details() {
+    check(
+        "cm_details",
+        71,
+        &[],
+        &[
+            "getaddrinfo_all_null_einval",
+            "getaddrinfo_hints_only",
+            "getaddrinfo_node_with_source_hint",
+            "getaddrinfo_failure_is_eai_code",
+            "bind_loopback_binds_the_device",
+            "bound_id_has_pd",
+            "create_qp_rounds_inline_as_rxe",
+            "max_resources_mean_the_device_maxima",
+            "inline_send_of_16_bytes",
+            "uc_and_xrc_qps_eopnotsupp",
             "teardown",
         ],
     );

@@ -189,6 +189,33 @@ c_constants! {
         IBV_WC_TM_MATCH = 1 << 5,
         IBV_WC_TM_DATA_VALID = 1 << 6,
     }
+    /// `enum ibv_create_cq_wc_flags`, bits of `ibv_cq_init_attr_ex.wc_flags` (`uint64_t`): the fields an extended CQ lets the application read.
+    u64 {
+        IBV_WC_EX_WITH_BYTE_LEN = 1 << 0,
+        IBV_WC_EX_WITH_IMM = 1 << 1,
+        IBV_WC_EX_WITH_QP_NUM = 1 << 2,
+        IBV_WC_EX_WITH_SRC_QP = 1 << 3,
+        IBV_WC_EX_WITH_SLID = 1 << 4,
+        IBV_WC_EX_WITH_SL = 1 << 5,
+        IBV_WC_EX_WITH_DLID_PATH_BITS = 1 << 6,
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP = 1 << 7,
+        IBV_WC_EX_WITH_CVLAN = 1 << 8,
+        IBV_WC_EX_WITH_FLOW_TAG = 1 << 9,
+        IBV_WC_EX_WITH_TM_INFO = 1 << 10,
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11,
+        IBV_WC_STANDARD_FLAGS = 0x7f,
+        IBV_CREATE_CQ_SUP_WC_FLAGS = 0xfff,
+    }
+    /// `enum ibv_cq_init_attr_mask`, bits of `ibv_cq_init_attr_ex.comp_mask` (`uint32_t`).
+    u32 {
+        IBV_CQ_INIT_ATTR_MASK_FLAGS = 1 << 0,
+        IBV_CQ_INIT_ATTR_MASK_PD = 1 << 1,
+    }
+    /// `enum ibv_create_cq_attr_flags`, bits of `ibv_cq_init_attr_ex.flags` (`uint32_t`).
+    u32 {
+        IBV_CREATE_CQ_ATTR_SINGLE_THREADED = 1 << 0,
+        IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN = 1 << 1,
+    }
     /// `enum ibv_access_flags`, bits of `ibv_qp_attr.qp_access_flags` (`unsigned int`; `ibv_reg_mr` takes them as `int`).
     c_uint {
         IBV_ACCESS_LOCAL_WRITE = 1,
@@ -255,6 +282,29 @@ c_constants! {
         IBV_QP_INIT_ATTR_IND_TABLE = 1 << 4,
         IBV_QP_INIT_ATTR_RX_HASH = 1 << 5,
         IBV_QP_INIT_ATTR_SEND_OPS_FLAGS = 1 << 6,
+    }
+    /// `enum ibv_qp_create_flags`, bits of `ibv_qp_init_attr_ex.create_flags` (`uint32_t`).
+    u32 {
+        IBV_QP_CREATE_BLOCK_SELF_MCAST_LB = 1 << 1,
+        IBV_QP_CREATE_SCATTER_FCS = 1 << 8,
+        IBV_QP_CREATE_CVLAN_STRIPPING = 1 << 9,
+        IBV_QP_CREATE_SOURCE_QPN = 1 << 10,
+        IBV_QP_CREATE_PCI_WRITE_END_PADDING = 1 << 11,
+    }
+    /// `enum ibv_qp_create_send_ops_flags`, bits of `ibv_qp_init_attr_ex.send_ops_flags` (`uint64_t`): the `ibv_wr_*` builders of an extended QP.
+    u64 {
+        IBV_QP_EX_WITH_RDMA_WRITE = 1 << 0,
+        IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM = 1 << 1,
+        IBV_QP_EX_WITH_SEND = 1 << 2,
+        IBV_QP_EX_WITH_SEND_WITH_IMM = 1 << 3,
+        IBV_QP_EX_WITH_RDMA_READ = 1 << 4,
+        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP = 1 << 5,
+        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD = 1 << 6,
+        IBV_QP_EX_WITH_LOCAL_INV = 1 << 7,
+        IBV_QP_EX_WITH_BIND_MW = 1 << 8,
+        IBV_QP_EX_WITH_SEND_WITH_INV = 1 << 9,
+        IBV_QP_EX_WITH_TSO = 1 << 10,
+        IBV_QP_EX_WITH_ATOMIC_WRITE = 1 << 12,
     }
     /// `enum ibv_qp_attr_mask`, `ibv_modify_qp`'s and `ibv_query_qp`'s `attr_mask` (`int`).
     c_int {

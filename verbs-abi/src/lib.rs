@@ -5,7 +5,9 @@
 //! to C programs, and `rnic-hw` (feature `hw`) reads them from a real libibverbs it loads at
 //! run time.
 //!
-//! * `/usr/include/infiniband/verbs.h` → [`verbs`] (the `ibv_*` structs),
+//! * `/usr/include/infiniband/verbs.h` → [`verbs`] (the `ibv_*` structs) and [`verbs_ex`]
+//!   (the extended verbs: `verbs_context`, `ibv_cq_ex`, `ibv_qp_ex`, `ibv_device_attr_ex`, and
+//!   `verbs_device` of libibverbs's private `driver.h`),
 //! * `/usr/include/rdma/rdma_cma.h`, `/usr/include/infiniband/sa.h` (`ibv_sa_path_rec`) and
 //!   `/usr/include/infiniband/ib.h` (`sockaddr_ib`) → [`cm`] (the `rdma_*` structs),
 //! * the constants of both, and the integer types of their enums → [`consts`];
@@ -52,7 +54,9 @@
 //!
 //! `src_storage`/`dst_storage` are `struct sockaddr_storage` (128 bytes), as in the header;
 //! an `AF_IB` address ([`sockaddr_ib`], 48 bytes) fits in it. The C field `ibv_mw.type` is
-//! `r#type`.
+//! `r#type`, the C fields named `priv` (`verbs_context.priv`, `ibv_wc_tm_info.priv`) are
+//! `r#priv`. `ibv_odp_caps.per_transport_caps`, an anonymous struct in C, has the type
+//! [`ibv_odp_caps_per_transport`].
 //!
 //! Reading a union field is `unsafe`; this crate only defines the types (it forbids
 //! `unsafe_code`: the FFI crates read unions). Every type is `Clone + Copy`, as union members must be.
@@ -102,7 +106,9 @@ pub mod consts;
 pub mod convert;
 pub mod functions;
 pub mod verbs;
+pub mod verbs_ex;
 
 pub use cm::*;
 pub use consts::*;
 pub use verbs::*;
+pub use verbs_ex::*;

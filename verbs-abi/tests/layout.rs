@@ -60,6 +60,13 @@ impl<T> FieldOf<T> {
     fn size(self) -> usize {
         size_of::<T>()
     }
+
+    fn c(self) -> String
+    where
+        T: CType,
+    {
+        T::c()
+    }
 }
 
 /// `a.b.c` as a string.
@@ -272,6 +279,147 @@ fn verbs_checks() -> Vec<Check> {
     }
 }
 
+/// Every type of `abi::verbs_ex`, every field; `verbs_device`, `verbs_device_ops` and
+/// `list_node` against [`DRIVER_H`], the others against `verbs.h`.
+fn verbs_ex_checks() -> Vec<Check> {
+    let mut checks = layout_checks! {
+        struct list_node { next, prev }
+        struct verbs_device_ops {
+            name, match_min_abi_version, match_max_abi_version, match_table, static_providers,
+            match_device, alloc_context, import_context, alloc_device, uninit_device,
+        }
+        struct verbs_device { device, ops, refcount, entry, sysfs, core_support }
+        struct verbs_context {
+            query_port, advise_mr, alloc_null_mr, read_counters, attach_counters_point_flow,
+            create_counters, destroy_counters, reg_dm_mr, alloc_dm, free_dm,
+            modify_flow_action_esp, destroy_flow_action, create_flow_action_esp,
+            modify_qp_rate_limit, alloc_parent_domain, dealloc_td, alloc_td, modify_cq,
+            post_srq_ops, destroy_rwq_ind_table, create_rwq_ind_table, destroy_wq, modify_wq,
+            create_wq, query_rt_values, create_cq_ex, r#priv => priv, query_device_ex,
+            ibv_destroy_flow, ABI_placeholder2, ibv_create_flow, ABI_placeholder1, open_qp,
+            create_qp_ex, get_srq_num, create_srq_ex, open_xrcd, close_xrcd, _ABI_placeholder3,
+            sz, context,
+        }
+        struct ibv_query_device_ex_input { comp_mask }
+        struct ibv_odp_caps {
+            general_caps, per_transport_caps, per_transport_caps.rc_odp_caps,
+            per_transport_caps.uc_odp_caps, per_transport_caps.ud_odp_caps,
+        }
+        struct ibv_tso_caps { max_tso, supported_qpts }
+        struct ibv_rss_caps {
+            supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size,
+            rx_hash_fields_mask, rx_hash_function,
+        }
+        struct ibv_packet_pacing_caps { qp_rate_limit_min, qp_rate_limit_max, supported_qpts }
+        struct ibv_tm_caps { max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge }
+        struct ibv_cq_moderation_caps { max_cq_count, max_cq_period }
+        struct ibv_pci_atomic_caps { fetch_add, swap, compare_swap }
+        struct ibv_device_attr_ex {
+            orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock,
+            device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps,
+            raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps,
+            phys_port_cnt_ex,
+        }
+        struct ibv_cq_init_attr_ex {
+            cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain,
+        }
+        struct ibv_poll_cq_attr { comp_mask }
+        struct ibv_wc_tm_info { tag, r#priv => priv }
+        struct ibv_cq_ex {
+            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            async_events_completed, comp_mask, status, wr_id, start_poll, next_poll, end_poll,
+            read_opcode, read_vendor_err, read_byte_len, read_imm_data, read_qp_num,
+            read_src_qp, read_wc_flags, read_slid, read_sl, read_dlid_path_bits,
+            read_completion_ts, read_cvlan, read_flow_tag, read_tm_info,
+            read_completion_wallclock_ns,
+        }
+        struct ibv_data_buf { addr, length }
+        struct ibv_qp_ex {
+            qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+            wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
+            wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
+            wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
+            wr_complete, wr_abort, wr_atomic_write,
+        }
+    };
+    checks.push(Check::new(
+        "__VERBS_ABI_IS_EXTENDED".into(),
+        format!(
+            "(uintptr_t)__VERBS_ABI_IS_EXTENDED == (uintptr_t){}ULL",
+            abi::__VERBS_ABI_IS_EXTENDED
+        ),
+        1,
+    ));
+    checks
+}
+
+/// libibverbs's `driver.h` (rdma-core 44, `libibverbs/driver.h` and ccan's `list.h`), which no
+/// package installs: the definitions `abi::verbs_ex` transcribes, compiled into the probe.
+const DRIVER_H: &str = "\
+struct verbs_match_ent;
+struct verbs_sysfs_dev;
+struct verbs_context;
+struct list_node { struct list_node *next, *prev; };
+struct verbs_device_ops {
+\tconst char *name;
+\tuint32_t match_min_abi_version;
+\tuint32_t match_max_abi_version;
+\tconst struct verbs_match_ent *match_table;
+\tconst struct verbs_device_ops **static_providers;
+\tbool (*match_device)(struct verbs_sysfs_dev *sysfs_dev);
+\tstruct verbs_context *(*alloc_context)(struct ibv_device *device, int cmd_fd, void *private_data);
+\tstruct verbs_context *(*import_context)(struct ibv_device *device, int cmd_fd);
+\tstruct verbs_device *(*alloc_device)(struct verbs_sysfs_dev *sysfs_dev);
+\tvoid (*uninit_device)(struct verbs_device *device);
+};
+struct verbs_device {
+\tstruct ibv_device device;
+\tconst struct verbs_device_ops *ops;
+\tatomic_int refcount;
+\tstruct list_node entry;
+\tstruct verbs_sysfs_dev *sysfs;
+\tuint64_t core_support;
+};
+";
+
+/// The slots of the extended structs that librnic fills, each against the C member's type
+/// (`__builtin_types_compatible_p`): a parameter of another type would corrupt every call.
+macro_rules! slot_checks {
+    ($($ty:ident { $($field:ident),* $(,)? })*) => {{
+        let mut checks = Vec::new();
+        $($(
+            let c_type = FieldOf::<abi::$ty>::new().field(|s, v| s.$field = v).c();
+            checks.push(Check::new(
+                format!("type of {}.{}: {c_type}", stringify!($ty), stringify!($field)),
+                format!(
+                    "__builtin_types_compatible_p(__typeof__(((struct {} *)0)->{}), {c_type})",
+                    stringify!($ty),
+                    stringify!($field)
+                ),
+                1,
+            ));
+        )*)*
+        checks
+    }};
+}
+
+fn slot_type_checks() -> Vec<Check> {
+    slot_checks! {
+        verbs_context { query_port, create_cq_ex, query_device_ex, create_qp_ex }
+        ibv_cq_ex {
+            start_poll, next_poll, end_poll, read_opcode, read_vendor_err, read_byte_len,
+            read_imm_data, read_qp_num, read_src_qp, read_wc_flags, read_slid, read_sl,
+            read_dlid_path_bits,
+        }
+        ibv_qp_ex {
+            wr_atomic_cmp_swp, wr_atomic_fetch_add, wr_rdma_read, wr_rdma_write,
+            wr_rdma_write_imm, wr_send, wr_send_imm, wr_set_ud_addr, wr_set_inline_data,
+            wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start, wr_complete,
+            wr_abort,
+        }
+    }
+}
+
 /// Every librdmacm (and `sa.h`, `ib.h`) type of `abi::cm`, every field.
 fn cm_checks() -> Vec<Check> {
     layout_checks! {
@@ -359,6 +507,8 @@ c_types! {
     libc::c_int => "int",
     libc::c_uint => "unsigned int",
     u8 => "uint8_t",
+    u16 => "uint16_t",
+    u64 => "uint64_t",
     usize => "size_t",
     abi::ibv_device => "struct ibv_device",
     abi::ibv_context => "struct ibv_context",
@@ -376,6 +526,23 @@ c_types! {
     abi::ibv_srq_attr => "struct ibv_srq_attr",
     abi::ibv_srq_init_attr => "struct ibv_srq_init_attr",
     abi::ibv_async_event => "struct ibv_async_event",
+    abi::ibv_port_attr => "struct ibv_port_attr",
+    abi::ibv_cq_ex => "struct ibv_cq_ex",
+    abi::ibv_cq_init_attr_ex => "struct ibv_cq_init_attr_ex",
+    abi::ibv_poll_cq_attr => "struct ibv_poll_cq_attr",
+    abi::ibv_query_device_ex_input => "struct ibv_query_device_ex_input",
+    abi::ibv_device_attr_ex => "struct ibv_device_attr_ex",
+    abi::ibv_qp_ex => "struct ibv_qp_ex",
+    abi::ibv_qp_init_attr_ex => "struct ibv_qp_init_attr_ex",
+    abi::ibv_ah => "struct ibv_ah",
+    abi::ibv_sge => "struct ibv_sge",
+    abi::ibv_data_buf => "struct ibv_data_buf",
+}
+
+impl<F: CType> CType for Option<F> {
+    fn c() -> String {
+        F::c()
+    }
 }
 
 impl<T: CType> CType for *mut T {
@@ -437,16 +604,18 @@ fn function_checks() -> Vec<Check> {
 /// The C probe: prints each check's expression, one decimal per line, in order.
 fn probe_source(checks: &[Check]) -> String {
     let mut src = String::from(
-        "#include <stddef.h>\n\
+        "#include <stdatomic.h>\n\
+         #include <stdbool.h>\n\
+         #include <stddef.h>\n\
+         #include <stdint.h>\n\
          #include <stdio.h>\n\
          #include <infiniband/verbs.h>\n\
          #include <infiniband/sa.h>\n\
          #include <infiniband/ib.h>\n\
-         #include <rdma/rdma_cma.h>\n\
-         \n\
-         int main(void)\n\
-         {\n",
+         #include <rdma/rdma_cma.h>\n",
     );
+    src.push_str(DRIVER_H);
+    src.push_str("\nint main(void)\n{\n");
     for check in checks {
         src.push_str(&format!(
             "\tprintf(\"%lld\\n\", (long long)({}));\n",
@@ -509,6 +678,8 @@ fn abi_matches_rdma_core_headers() {
 
     let checks: Vec<Check> = [
         verbs_checks(),
+        verbs_ex_checks(),
+        slot_type_checks(),
         cm_checks(),
         enum_type_checks(),
         constant_checks(),

@@ -38,11 +38,14 @@ unsafe fn id_call(
         // SAFETY: the caller's contract.
         let b = unsafe { idbox(id) };
         let h = b.handle;
-        let (res, addrs) = r.with(|n, now| {
+        let (res, addrs, pd) = r.with(|n, now| {
             let res = f(n, now, h);
-            (res, n.cm().addrs(h))
+            let pd = (bound_after && res.is_ok())
+                .then(|| super::verbs::cm_pd_in(n).ok())
+                .flatten();
+            (res, n.cm().addrs(h), pd)
         });
-        refresh(b, addrs, bound_after && res.is_ok());
+        refresh(b, addrs, bound_after && res.is_ok(), pd);
         tracing::debug!(id = h.0, "{name}: {res:?}");
         match res {
             Ok(()) => 0,
@@ -162,9 +165,21 @@ pub unsafe extern "C" fn rdma_create_id(
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard("rdma_bind_addr", -1, || {
         // SAFETY: `addr` is a readable socket address (rdma_bind_addr(3)).
-        let Some(a) = (unsafe { sockaddr_from_c(addr) }) else {
+        let Some(mut a) = (unsafe { sockaddr_from_c(addr) }) else {
             return fail(libc::EINVAL);
         };
+        // A loopback address other than the RNIC's (127.0.0.1 while the RNIC is 127.0.0.5,
+        // ::1) binds to the device, as the kernel binds loopback to the first device with an
+        // active port (`cma_bind_loopback`): libfabric's verbs provider binds every interface
+        // address to find its device. The id's source is the RNIC's address, the only one it
+        // can send from.
+        if let Ok(r) = rt() {
+            let own = r.addr().ip();
+            if a.ip().is_loopback() && a.ip() != own {
+                tracing::debug!("rdma_bind_addr {a}: loopback, bound to the RNIC at {own}");
+                a = std::net::SocketAddr::new(own, a.port());
+            }
+        }
         let bound = !a.ip().is_unspecified();
         // SAFETY: `id` is an id of this library.
         let ret = unsafe {
@@ -265,6 +280,17 @@ unsafe fn conn_param(p: *const rdma_conn_param, defaults: ConnParam) -> ConnPara
     }
 }
 
+/// The device's `max_qp_rd_atom` and `max_qp_init_rd_atom` as librdmacm keeps them
+/// (`ucma_init_device`: `max_responder_resources`, `max_initiator_depth`, each cast to
+/// `uint8_t`).
+fn device_rd_atom() -> Result<(u8, u8), i32> {
+    let r = rt()?;
+    let d = r.with_quiet(|n, _| verbs_core::Device::query_device(n.device()));
+    // The C casts truncate; the simulated device's maxima (128) fit.
+    let cast = |v: u32| u8::try_from(v & 0xff).unwrap_or(u8::MAX);
+    Ok((cast(d.max_qp_rd_atom), cast(d.max_qp_init_rd_atom)))
+}
+
 /// librdmacm's `ucma_valid_param`, which `rdma_connect` and `rdma_accept` run first: on an
 /// `RDMA_PS_TCP` id, parameters are required unless the id has a QP, and their responder
 /// resources and initiator depth must be within the device's (or `RDMA_MAX_RESP_RES` /
@@ -307,8 +333,25 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
         if let Err(e) = unsafe { valid_param(id, param) } {
             return fail(e);
         }
+        let Ok((max_resp, max_init)) = device_rd_atom() else {
+            return fail(libc::ENODEV);
+        };
+        // librdmacm's `rdma_connect`: without parameters, or with `RDMA_MAX_INIT_DEPTH` /
+        // `RDMA_MAX_RESP_RES` (255), the device's maxima; retry counts 7 without parameters
+        // (`ucma_copy_conn_param_to_kern`).
+        let defaults = ConnParam {
+            responder_resources: max_resp,
+            initiator_depth: max_init,
+            ..ConnParam::rping_defaults()
+        };
         // SAFETY: NULL or a readable parameter block (rdma_connect(3)).
-        let p = unsafe { conn_param(param, ConnParam::rping_defaults()) };
+        let mut p = unsafe { conn_param(param, defaults) };
+        if p.initiator_depth == RDMA_MAX_INIT_DEPTH {
+            p.initiator_depth = max_init;
+        }
+        if p.responder_resources == RDMA_MAX_RESP_RES {
+            p.responder_resources = max_resp;
+        }
         // SAFETY: `id` is an id of this library.
         unsafe {
             let ret = id_call("rdma_connect", id, true, |n, now, h| {
@@ -353,15 +396,27 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         if let Err(e) = unsafe { valid_param(id, param) } {
             return fail(e);
         }
+        let Ok((max_resp, max_init)) = device_rd_atom() else {
+            return fail(libc::ENODEV);
+        };
+        // librdmacm's `rdma_accept`: without parameters, or with `RDMA_MAX_INIT_DEPTH` /
+        // `RDMA_MAX_RESP_RES`, the request's values capped at the device's maxima.
         // SAFETY: `id` is an id of this library.
         let (rr, id_) = unsafe { idbox(id).req_resources };
+        let (rr, id_) = (rr.min(max_resp), id_.min(max_init));
         let defaults = ConnParam {
             responder_resources: rr,
             initiator_depth: id_,
             ..ConnParam::rping_defaults()
         };
         // SAFETY: NULL or a readable parameter block (rdma_accept(3)).
-        let p = unsafe { conn_param(param, defaults) };
+        let mut p = unsafe { conn_param(param, defaults) };
+        if p.initiator_depth == RDMA_MAX_INIT_DEPTH {
+            p.initiator_depth = id_;
+        }
+        if p.responder_resources == RDMA_MAX_RESP_RES {
+            p.responder_resources = rr;
+        }
         // SAFETY: `id` is an id of this library.
         // librdmacm's `rdma_accept` completes only for a connected (not UD) QP type.
         unsafe {

@@ -6,7 +6,6 @@ use super::cm_id::make_event;
 use super::objects::{ChannelBox, EventBox};
 use super::{errno_of, fail, guard, rt};
 use crate::abi::*;
-use crate::runtime::wait_token;
 use libc::{c_char, c_int};
 use std::sync::Arc;
 
@@ -32,7 +31,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                     std::thread::park();
                 }
             }
-            if let Err(e) = wait_token(&fd) {
+            if let Err(e) = r.wait_token_or_progress(&fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }
             let got = r.with(|n, now| {

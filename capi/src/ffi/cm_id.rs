@@ -22,11 +22,13 @@ pub(super) unsafe fn idbox<'a>(id: *mut rdma_cm_id) -> &'a mut IdBox {
     unsafe { &mut *id.cast::<IdBox>() }
 }
 
-/// Updates the C id from the CM: addresses, `verbs` once bound to the device.
+/// Updates the C id from the CM: addresses, `verbs` and `pd` once bound to the device (`pd`:
+/// the rdma_cm PD, [`super::verbs::cm_pd`]).
 pub(super) fn refresh(
     b: &mut IdBox,
     addrs: Option<(Option<SocketAddr>, Option<SocketAddr>)>,
     bound: bool,
+    pd: Option<*mut ibv_pd>,
 ) {
     let Some((src, dst)) = addrs else { return };
     if let Some(s) = src {
@@ -46,6 +48,9 @@ pub(super) fn refresh(
     if bound && b.c.verbs.is_null() {
         b.c.verbs = cm_context();
         b.c.port_num = 1;
+    }
+    if let (true, true, Some(pd)) = (bound, b.c.pd.is_null(), pd) {
+        b.c.pd = pd;
     }
 }
 
@@ -126,8 +131,9 @@ pub(super) fn make_event(
         }
     };
     drop(reg);
+    let pd = super::verbs::cm_pd_in(n).ok();
     // SAFETY: `id` is live (registered or just made).
-    unsafe { refresh(&mut *id, addrs, true) };
+    unsafe { refresh(&mut *id, addrs, true, pd) };
     let private_data = ev.param.private_data.clone();
     let b = leak(EventBox {
         c: rdma_cm_event {

@@ -98,6 +98,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         unsafe { (*qp).state = IBV_QPS_INIT };
         b.c.qp = qp;
         b.c.pd = pd;
+        super::qp::granted_cap(qp, &mut attr.cap);
         attr.send_cq = a.send_cq;
         attr.recv_cq = a.recv_cq;
         attr.srq = a.srq;

@@ -2,11 +2,10 @@
 //! the two CQ calls `<infiniband/verbs.h>` inlines through `context->ops` (`ibv_poll_cq`,
 //! `ibv_req_notify_cq`). Return conventions as in [`super::verbs`].
 
-use super::objects::{leak, registry, CompChannelBox};
+use super::objects::{leak, registry, CompChannelBox, CqBox};
 use super::{errno_of, fail, fail_null, guard, rt};
 use crate::abi::convert::*;
 use crate::abi::*;
-use crate::runtime::wait_token;
 use libc::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -66,51 +65,62 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard("ibv_create_cq", null_mut(), || {
-        let r = match rt() {
-            Ok(r) => r,
-            Err(e) => return fail_null(e),
-        };
         let Ok(cqe) = u32::try_from(cqe) else {
             return fail_null(libc::EINVAL);
         };
-        let num = (!channel.is_null()).then(|| {
-            // SAFETY: a non-NULL channel came from `ibv_create_comp_channel`.
-            unsafe { (*channel.cast::<CompChannelBox>()).num }
-        });
-        let made = r.with(|n, _| {
+        if comp_vector != 0 {
+            // The context has one completion vector (`num_comp_vectors` 1); the kernel's
+            // `create_cq` refuses a vector past the device's.
+            return fail_null(libc::EINVAL);
+        }
+        match make_cq(context, cqe, cq_context, channel) {
+            Ok(cq) => cq.cast(),
+            Err(e) => fail_null(e),
+        }
+    })
+}
+
+/// Makes a CQ of at least `cqe` entries reporting to `channel` (NULL: none): the device's CQ
+/// and its box, registered under its handle. The body of `ibv_create_cq` and
+/// `ibv_create_cq_ex`.
+///
+/// # Errors
+/// `ENODEV` (no runtime), the device's errno (`EINVAL` past `max_cqe`).
+pub(super) fn make_cq(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+) -> Result<*mut CqBox, i32> {
+    let r = rt()?;
+    let num = (!channel.is_null()).then(|| {
+        // SAFETY: a non-NULL channel came from `ibv_create_comp_channel`.
+        unsafe { (*channel.cast::<CompChannelBox>()).num }
+    });
+    let h = r
+        .with(|n, _| {
             let ch = num
                 .and_then(|k| n.comp.get(&k))
                 .map(|cs| cs.channel.clone());
             n.dev().create_cq(cqe, ch.as_ref())
-        });
-        match made {
-            Ok(h) => {
-                if !channel.is_null() {
-                    // SAFETY: as above; the count makes destroying the channel EBUSY.
-                    unsafe { (*channel).refcnt += 1 };
-                }
-                let cq = leak(ibv_cq {
-                    context,
-                    channel,
-                    cq_context,
-                    handle: h.0,
-                    cqe: cqe as c_int,
-                    // SAFETY: all-zero is the static initializer of both on glibc.
-                    mutex: unsafe { std::mem::zeroed() },
-                    // SAFETY: as above.
-                    cond: unsafe { std::mem::zeroed() },
-                    comp_events_completed: 0,
-                    async_events_completed: 0,
-                });
-                registry().cqs.insert(h.0, cq as usize);
-                cq
-            }
-            Err(e) => fail_null(errno_of(&e)),
-        }
-    })
+        })
+        .map_err(|e| errno_of(&e))?;
+    if !channel.is_null() {
+        // SAFETY: as above; the count makes destroying the channel EBUSY.
+        unsafe { (*channel).refcnt += 1 };
+    }
+    let cq = leak(CqBox::new(
+        context,
+        channel,
+        cq_context,
+        h.0,
+        cqe.min(c_int::MAX as u32) as c_int,
+    ));
+    registry().cqs.insert(h.0, cq as usize);
+    Ok(cq)
 }
 
 #[no_mangle]
@@ -128,8 +138,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                     // SAFETY: the CQ's channel outlives it (its refcnt held it).
                     unsafe { (*channel).refcnt -= 1 };
                 }
-                // SAFETY: as above; freed once.
-                drop(unsafe { Box::from_raw(cq) });
+                // SAFETY: as above (every CQ is a `CqBox`); freed once.
+                drop(unsafe { Box::from_raw(cq.cast::<CqBox>()) });
                 0
             }
             Err(e) => errno_of(&e),
@@ -152,7 +162,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         // alive while this thread waits outside every lock.
         let (num, fd) = unsafe { ((*b).num, Arc::clone(&(*b).fd)) };
         loop {
-            if let Err(e) = wait_token(&fd) {
+            if let Err(e) = r.wait_token_or_progress(&fd) {
                 return fail(e.raw_os_error().unwrap_or(libc::EIO));
             }
             let got = r.with(|n, _| {
@@ -211,6 +221,36 @@ thread_local! {
     static WC_BUF: std::cell::RefCell<Vec<WorkCompletion>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Takes up to `max` completions of CQ `h` into `buf` (cleared first); the count, or the
+/// device's errno.
+pub(super) fn poll_into(
+    h: CqHandle,
+    max: usize,
+    buf: &mut Vec<WorkCompletion>,
+) -> Result<usize, i32> {
+    let r = rt()?;
+    buf.clear();
+    r.with_quiet(|n, _| n.dev().poll_cq(h, max, buf))
+        .map_err(|e| errno_of(&e))?;
+    // An empty CQ: receive what the peer sent from this thread (a spinning poller would
+    // otherwise wait for the progress thread to get a CPU), then look again.
+    if buf.is_empty() && max > 0 && r.progress() {
+        r.with_quiet(|n, _| n.dev().poll_cq(h, max, buf))
+            .map_err(|e| errno_of(&e))?;
+    }
+    buf.truncate(max);
+    Ok(buf.len())
+}
+
+/// Takes the next completion of CQ `h`, if any.
+pub(super) fn poll_device(h: CqHandle) -> Result<Option<WorkCompletion>, i32> {
+    WC_BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        poll_into(h, 1, &mut buf)?;
+        Ok(buf.pop())
+    })
+}
+
 /// `context->ops.poll_cq` (`ibv_poll_cq` is inline in verbs.h): up to `num_entries`
 /// completions into `wc`; the count, or a negative errno.
 pub(super) unsafe extern "C" fn rnic_poll_cq(
@@ -219,9 +259,9 @@ pub(super) unsafe extern "C" fn rnic_poll_cq(
     wc: *mut ibv_wc,
 ) -> c_int {
     guard("ibv_poll_cq", -libc::EIO, || {
-        let (Ok(r), false) = (rt(), cq.is_null()) else {
+        if cq.is_null() {
             return -libc::EINVAL;
-        };
+        }
         let Ok(max) = usize::try_from(num_entries) else {
             return -libc::EINVAL;
         };
@@ -232,16 +272,15 @@ pub(super) unsafe extern "C" fn rnic_poll_cq(
         let h = CqHandle(unsafe { (*cq).handle });
         WC_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
-            buf.clear();
-            match r.with_quiet(|n, _| n.dev().poll_cq(h, max, &mut buf)) {
-                Ok(_) => {
-                    for (i, w) in buf.iter().enumerate().take(max) {
+            match poll_into(h, max, &mut buf) {
+                Ok(n) => {
+                    for (i, w) in buf.iter().enumerate() {
                         // SAFETY: `wc` holds `num_entries` writable entries (ibv_poll_cq(3)).
                         unsafe { wc.add(i).write(wc_to_c(w)) };
                     }
-                    buf.len().min(max) as c_int
+                    n as c_int
                 }
-                Err(e) => -errno_of(&e),
+                Err(e) => -e,
             }
         })
     })

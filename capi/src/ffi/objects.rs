@@ -25,6 +25,92 @@ pub struct CompChannelBox {
     pub fd: Arc<Ends>,
 }
 
+/// Every CQ (`ibv_create_cq`, `ibv_create_cq_ex`): `struct ibv_cq_ex`, whose first members are
+/// `struct ibv_cq`'s, so the CQ pointer C holds is this box's address whichever call made it.
+/// A CQ of `ibv_create_cq` leaves the extended slots NULL (C may not call them, as with
+/// libibverbs).
+#[repr(C)]
+pub struct CqBox {
+    /// What C sees.
+    pub c: ibv_cq_ex,
+    /// The completion the poll API is on, between `ibv_start_poll` and `ibv_end_poll`: what
+    /// the `ibv_wc_read_*` calls read.
+    pub cur: ibv_wc,
+}
+
+impl CqBox {
+    /// A CQ of the device's CQ `handle` with `cqe` entries, reporting to `channel`.
+    pub fn new(
+        context: *mut ibv_context,
+        channel: *mut ibv_comp_channel,
+        cq_context: *mut c_void,
+        handle: u32,
+        cqe: libc::c_int,
+    ) -> CqBox {
+        // SAFETY: `ibv_cq_ex` is pointers, integers, `Option`s of function pointers and the
+        // glibc mutex and condition variable, whose all-zero value is their static initializer:
+        // all-zero is a valid value (NULL pointers, `None` slots).
+        let mut c: ibv_cq_ex = unsafe { std::mem::zeroed() };
+        c.context = context;
+        c.channel = channel;
+        c.cq_context = cq_context;
+        c.handle = handle;
+        c.cqe = cqe;
+        CqBox {
+            c,
+            cur: crate::abi::convert::wc_zeroed(),
+        }
+    }
+}
+
+/// Every QP (`ibv_create_qp`, `ibv_create_qp_ex`, `rdma_create_qp`): `struct ibv_qp_ex`, whose
+/// first member is the `struct ibv_qp`, so the QP pointer C holds is this box's address.
+#[repr(C)]
+pub struct QpBox {
+    /// What C sees.
+    pub c: ibv_qp_ex,
+    /// Made by `ibv_create_qp_ex`: `ibv_qp_to_qp_ex` returns `c` (libibverbs's `VERBS_QP_EX`,
+    /// which rxe sets for every QP of `create_qp_ex`); otherwise NULL.
+    pub extended: bool,
+    /// The granted `max_inline_data` and `max_send_sge` (the `ibv_wr_set_*` limits).
+    pub max_inline_data: u32,
+    /// See `max_inline_data`.
+    pub max_send_sge: u32,
+    /// The work requests being built between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: Mutex<WrBatch>,
+}
+
+/// The work requests of one `ibv_wr_start` … `ibv_wr_complete` sequence.
+#[derive(Debug, Default)]
+pub struct WrBatch {
+    /// The WRs, in the order built.
+    pub wrs: Vec<verbs_core::SendWr>,
+    /// Copies of the inline data of `ibv_wr_set_inline_data*` (the application may reuse its
+    /// buffer as soon as the call returns); the WRs' SGEs point into them until the post.
+    pub inline: Vec<Vec<u8>>,
+    /// The first error a builder or setter met (`ibv_wr_complete` returns it and posts
+    /// nothing), 0 if none: rxe's `qp->err`.
+    pub err: i32,
+}
+
+impl QpBox {
+    /// The box of a new QP: `qp_base` as given, no builders (the extended API's slots are set
+    /// by `ibv_create_qp_ex`).
+    pub fn new(qp_base: ibv_qp, cap: &ibv_qp_cap) -> QpBox {
+        // SAFETY: `ibv_qp_ex` is an `ibv_qp` (pointers, integers, glibc mutex and condition
+        // variable), integers and `Option`s of function pointers: all-zero is valid.
+        let mut c: ibv_qp_ex = unsafe { std::mem::zeroed() };
+        c.qp_base = qp_base;
+        QpBox {
+            c,
+            extended: false,
+            max_inline_data: cap.max_inline_data,
+            max_send_sge: cap.max_send_sge,
+            batch: Mutex::new(WrBatch::default()),
+        }
+    }
+}
+
 /// `struct ibv_ah` and its address vector.
 #[repr(C)]
 pub struct AhBox {

@@ -3,7 +3,7 @@
 //! `ibv_post_srq_recv`). Return conventions as in [`super::verbs`].
 
 use super::memory::post_send_with_inline;
-use super::objects::{leak, registry, AhBox};
+use super::objects::{leak, registry, AhBox, QpBox};
 use super::raw::gid_from_c;
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
 use crate::abi::convert::*;
@@ -24,10 +24,14 @@ pub unsafe extern "C" fn ibv_create_qp(
         if pd.is_null() || attr.is_null() {
             return fail_null(libc::EINVAL);
         }
-        // SAFETY: `attr` is a readable `struct ibv_qp_init_attr` (ibv_create_qp(3)).
-        let a = unsafe { &*attr };
+        // SAFETY: `attr` is a readable and writable `struct ibv_qp_init_attr`
+        // (ibv_create_qp(3): the granted caps are written back).
+        let a = unsafe { &mut *attr };
         match create_qp(pd, a) {
-            Ok(qp) => qp,
+            Ok(qp) => {
+                granted_cap(qp, &mut a.cap);
+                qp
+            }
             Err(e) => fail_null(e),
         }
     })
@@ -38,6 +42,19 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
     let r = rt()?;
     if a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(libc::EINVAL);
+    }
+    match a.qp_type {
+        IBV_QPT_UC => {
+            return Err(super::unsupported(
+                "ibv_create_qp of a UC QP (IBV_QPT_UC; the simulated device has RC and UD)",
+            ))
+        }
+        IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV => {
+            return Err(super::unsupported(
+                "ibv_create_qp of an XRC QP (IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV)",
+            ))
+        }
+        _ => {}
     }
     let qp_type = qp_type_from_c(a.qp_type).map_err(|e| errno_of(&e))?;
     // SAFETY: `pd` and both CQs came from this library and are live.
@@ -52,7 +69,7 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
     // A QP on an SRQ (`init_attr->srq`, a live SRQ of this library or NULL).
     // SAFETY: as above.
     let srq = (!a.srq.is_null()).then(|| SrqHandle(unsafe { (*a.srq).handle }));
-    let init = QpInitAttr {
+    let mut init = QpInitAttr {
         send_cq: scq,
         recv_cq: rcq,
         cap: cap_from_c(&a.cap),
@@ -61,19 +78,50 @@ pub(super) fn create_qp(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> Result<*mut ib
         srq,
     };
     let qp = r
-        .with(|n, _| n.dev().create_qp(pdh, &init))
+        .with(|n, _| {
+            let cfg = n.device().config();
+            rxe_send_caps(&mut init.cap, cfg.max_sge, cfg.max_inline_data);
+            n.dev().create_qp(pdh, &init)
+        })
         .map_err(|e| errno_of(&e))?;
-    Ok(leak_qp(context, pd, a, qp))
+    let mut granted = *a;
+    granted.cap = cap_to_c(&init.cap);
+    Ok(leak_qp(context, pd, &granted, qp))
 }
 
-/// The `struct ibv_qp` of a created QP, registered under its number (async events name it).
+/// The send queue's limits as rxe grants them (`rxe_qp_init_req`): a send WQE holds
+/// max(16 × `max_send_sge`, `max_inline_data`) bytes (16: `sizeof(struct ib_sge)`), and both
+/// limits grow to fill it — a QP asked for one SGE can send 16 bytes inline (rdma_xclient
+/// does), one asked for 64 inline bytes takes 4 SGEs — up to the device's maxima (rxe lets
+/// `max_inline_data` pass its maximum there; this device does not). Requests past the maxima
+/// are left for the device to refuse (`EINVAL`).
+fn rxe_send_caps(cap: &mut verbs_core::QpCap, max_sge: u32, max_inline: u32) {
+    if cap.max_send_sge > max_sge || cap.max_inline_data > max_inline {
+        return;
+    }
+    let wqe = cap.max_send_sge.saturating_mul(16).max(cap.max_inline_data);
+    cap.max_inline_data = wqe.min(max_inline);
+    cap.max_send_sge = (wqe / 16).min(max_sge).max(cap.max_send_sge);
+}
+
+/// Writes the send limits granted to `qp` (a QP of this library) into `cap`, as
+/// `ibv_create_qp` and `rdma_create_qp` report them.
+pub(super) fn granted_cap(qp: *mut ibv_qp, cap: &mut ibv_qp_cap) {
+    // SAFETY: every QP of this library is a live `QpBox` (the caller just made it).
+    let b = unsafe { &*qp.cast::<QpBox>() };
+    cap.max_send_sge = b.max_send_sge;
+    cap.max_inline_data = b.max_inline_data;
+}
+
+/// The `struct ibv_qp` of a created QP (the first member of its [`QpBox`]), registered under
+/// its number (async events name it).
 pub(super) fn leak_qp(
     context: *mut ibv_context,
     pd: *mut ibv_pd,
     a: &ibv_qp_init_attr,
     qp: Qp,
 ) -> *mut ibv_qp {
-    let p = leak(ibv_qp {
+    let base = ibv_qp {
         context,
         qp_context: a.qp_context,
         pd,
@@ -89,7 +137,8 @@ pub(super) fn leak_qp(
         // SAFETY: as above.
         cond: unsafe { std::mem::zeroed() },
         events_completed: 0,
-    });
+    };
+    let p = leak(QpBox::new(base, &a.cap)).cast::<ibv_qp>();
     registry().qps.insert(qp.qp_num, p as usize);
     p
 }
@@ -184,8 +233,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             }
             Ok(())
         };
-        // SAFETY: as above.
-        unsafe { destroy_boxed(qp, |q| q.handle, destroy) }
+        // SAFETY: as above; every QP is a `QpBox`.
+        unsafe { destroy_boxed(qp.cast::<QpBox>(), |q| q.c.qp_base.handle, destroy) }
     })
 }
 

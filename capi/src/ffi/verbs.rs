@@ -1,51 +1,22 @@
-//! libibverbs: device list, context (whose `ops` table points at the data-path calls of
-//! [`super::cq`] and [`super::qp`], and whose `async_fd` is [`super::async_event`]'s), queries,
+//! libibverbs: device list, contexts (made by [`super::context`]: an `ops` table pointing at
+//! the data-path calls of [`super::cq`] and [`super::qp`], the extended operations, and
+//! [`super::async_event`]'s `async_fd`), queries,
 //! PD, MR, the calls not implemented, and the string helpers. Return conventions are
 //! libibverbs's: objects or NULL + `errno`; `int` calls return 0 or the errno value itself
 //! (`ibv_modify_qp`, `ibv_post_send`, `ibv_dealloc_pd`, …); `ibv_poll_cq` a count or a negative
 //! value; `ibv_get_cq_event`/`ibv_get_async_event`/`ibv_query_gid` -1 + `errno`.
 
+use super::context::{device, free_context, new_context};
 use super::memory::UserMemory;
 use super::objects::leak;
 use super::{destroy_boxed, errno_of, fail, fail_null, guard, rt, unsupported};
 use crate::abi::convert::*;
 use crate::abi::*;
+use crate::runtime::Node;
 use libc::{c_char, c_int, c_void};
 use std::ptr::{self, null_mut};
 use std::sync::{Arc, OnceLock};
 use verbs_core::{Device, MrHandle, PdHandle};
-
-/// The one device, leaked once: `struct ibv_device` with the configured name.
-fn device() -> *mut ibv_device {
-    static DEVICE: OnceLock<usize> = OnceLock::new();
-    *DEVICE.get_or_init(|| {
-        let name = rt().map_or_else(|_| "rnic0".to_string(), |r| r.config().device.clone());
-        let mut d = ibv_device {
-            _ops: _ibv_device_ops {
-                _dummy1: None,
-                _dummy2: None,
-            },
-            node_type: IBV_NODE_CA,
-            transport_type: IBV_TRANSPORT_IB,
-            name: [0; 64],
-            dev_name: [0; 64],
-            dev_path: [0; 256],
-            ibdev_path: [0; 256],
-        };
-        copy_cstr(&mut d.name, &name);
-        copy_cstr(&mut d.dev_name, "uverbs0");
-        copy_cstr(&mut d.dev_path, "/sys/class/infiniband_verbs/uverbs0");
-        copy_cstr(&mut d.ibdev_path, &format!("/sys/class/infiniband/{name}"));
-        leak(d) as usize
-    }) as *mut ibv_device
-}
-
-fn copy_cstr(dst: &mut [c_char], s: &str) {
-    let n = dst.len().saturating_sub(1);
-    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
-        *d = b as c_char;
-    }
-}
 
 /// The context rdma_cm ids report as `id->verbs` (librdmacm opens one per device). Its
 /// `async_fd` is -1 if no descriptor could be made.
@@ -55,40 +26,36 @@ pub(super) fn cm_context() -> *mut ibv_context {
         as *mut ibv_context
 }
 
-/// The PD `rdma_create_qp(id, NULL, …)` uses (librdmacm's per-device PD).
+/// librdmacm's per-device PD (`cma_dev->pd`), made once.
+static CM_PD: OnceLock<usize> = OnceLock::new();
+
+/// The PD of rdma_cm ids, `id->pd` once an id is bound to the device and the PD
+/// `rdma_create_qp(id, NULL, …)` uses (librdmacm `ucma_get_device`: `id->pd = cma_dev->pd`).
+///
+/// # Errors
+/// `ENODEV` (no runtime), the device's errno (`ENOMEM` past `max_pd`).
 pub(super) fn cm_pd() -> Result<*mut ibv_pd, i32> {
-    static PD: OnceLock<usize> = OnceLock::new();
-    if let Some(p) = PD.get() {
+    if let Some(p) = CM_PD.get() {
         return Ok(*p as *mut ibv_pd);
     }
-    // SAFETY: `cm_context()` is a live context of this library.
-    let pd = unsafe { ibv_alloc_pd(cm_context()) };
-    if pd.is_null() {
-        return Err(nix::errno::Errno::last_raw());
-    }
-    Ok(*PD.get_or_init(|| pd as usize) as *mut ibv_pd)
+    rt()?.with(|n, _| cm_pd_in(n))
 }
 
-/// A context whose `async_fd` is `async_fd` (owned by the context from now on).
-fn new_context(async_fd: c_int) -> *mut ibv_context {
-    // SAFETY: every member of `ibv_context_ops` is an `Option` of a function pointer: all-zero
-    // is all `None` (NULL), the value libibverbs gives unused slots.
-    let mut ops: ibv_context_ops = unsafe { std::mem::zeroed() };
-    ops.poll_cq = Some(super::cq::rnic_poll_cq);
-    ops.req_notify_cq = Some(super::cq::rnic_req_notify_cq);
-    ops.post_send = Some(super::qp::rnic_post_send);
-    ops.post_recv = Some(super::qp::rnic_post_recv);
-    ops.post_srq_recv = Some(super::srq::rnic_post_srq_recv);
-    leak(ibv_context {
-        device: device(),
-        ops,
-        cmd_fd: -1,
-        async_fd,
-        num_comp_vectors: 1,
-        // SAFETY: an all-zero pthread_mutex_t is PTHREAD_MUTEX_INITIALIZER on glibc.
-        mutex: unsafe { std::mem::zeroed() },
-        abi_compat: null_mut(),
-    })
+/// [`cm_pd`] for a caller that holds the node `n` (the PD is made under the node lock, so two
+/// threads cannot both make it).
+///
+/// # Errors
+/// As [`cm_pd`].
+pub(super) fn cm_pd_in(n: &mut Node) -> Result<*mut ibv_pd, i32> {
+    if let Some(p) = CM_PD.get() {
+        return Ok(*p as *mut ibv_pd);
+    }
+    let h = n.dev().alloc_pd().map_err(|e| errno_of(&e))?;
+    let pd = leak(ibv_pd {
+        context: cm_context(),
+        handle: h.0,
+    });
+    Ok(*CM_PD.get_or_init(|| pd as usize) as *mut ibv_pd)
 }
 
 #[no_mangle]
@@ -159,13 +126,13 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         if context.is_null() || context == cm_context() {
             return 0; // the rdma_cm context lives as long as the process
         }
-        // SAFETY: `context` came from `ibv_open_device`: a leaked box, closed once.
-        let ctx = unsafe { Box::from_raw(context) };
-        if ctx.async_fd >= 0 {
+        // SAFETY: `context` came from `ibv_open_device` (`new_context`), closed once.
+        let async_fd = unsafe { free_context(context) };
+        if async_fd >= 0 {
             // SAFETY: the async fd is the duplicate made for this context (`new_async_fd`);
             // nothing else owns it (the other contexts' are other descriptors).
             drop(unsafe {
-                <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(ctx.async_fd)
+                <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(async_fd)
             });
         }
         0
@@ -178,27 +145,25 @@ pub unsafe extern "C" fn ibv_query_device(
     device_attr: *mut ibv_device_attr,
 ) -> c_int {
     guard("ibv_query_device", libc::EIO, || {
-        let r = match rt() {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
         if device_attr.is_null() {
             return libc::EINVAL;
         }
-        let d = r.with(|n, _| n.device().query_device());
-        // SAFETY: `device_attr` is a writable `struct ibv_device_attr` (ibv_query_device(3));
-        // zeroing first leaves no field unset.
-        unsafe {
-            ptr::write_bytes(device_attr, 0, 1);
-            device_attr_to_c(&d, &mut *device_attr);
+        match super::context::device_attr() {
+            Ok(a) => {
+                // SAFETY: `device_attr` is a writable `struct ibv_device_attr`
+                // (ibv_query_device(3)).
+                unsafe { *device_attr = a };
+                0
+            }
+            Err(e) => e,
         }
-        0
     })
 }
 
 /// `ibv_query_port` through the old ABI: `verbs.h`'s inline `ibv_query_port` calls it with
 /// `struct _compat_ibv_port_attr`, the layout without the last fields, when the context is not
-/// extended (ours is not), after zeroing the caller's whole struct.
+/// extended (a program built before rdma-core 18, or one that calls the symbol directly; the
+/// header's inline version takes the context's `query_port`, [`super::context`]).
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_port(
     _context: *mut ibv_context,
@@ -207,22 +172,21 @@ pub unsafe extern "C" fn ibv_query_port(
 ) -> c_int {
     let port_attr = port_attr.cast::<ibv_port_attr>();
     guard("ibv_query_port", libc::EIO, || {
-        let r = match rt() {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
         if port_attr.is_null() {
             return libc::EINVAL;
         }
-        match r.with(|n, _| n.device().query_port(port_num)) {
+        match super::context::port_attr(port_num) {
             Ok(p) => {
-                // SAFETY: `port_attr` points to at least a `_compat_ibv_port_attr`, and
-                // `port_attr_to_c` writes only the fields that layout has (a prefix of
-                // `ibv_port_attr`).
-                unsafe { port_attr_to_c(&p, &mut *port_attr) };
+                // The old layout ends at `link_layer` (and a reserved byte, now `flags`).
+                let n = std::mem::offset_of!(ibv_port_attr, port_cap_flags2);
+                // SAFETY: `port_attr` points to at least a `_compat_ibv_port_attr`, which is
+                // the first `n` bytes of `ibv_port_attr`; `p` is a distinct local.
+                unsafe {
+                    ptr::copy_nonoverlapping(ptr::addr_of!(p).cast::<u8>(), port_attr.cast(), n)
+                };
                 0
             }
-            Err(e) => errno_of(&e),
+            Err(e) => e,
         }
     })
 }
@@ -443,14 +407,6 @@ pub unsafe extern "C" fn ibv_detach_mcast(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
     guard("ibv_resize_cq", libc::EIO, || unsupported("ibv_resize_cq"))
-}
-
-/// The extended QP API is not offered: perftest calls this only for `--use_new_post_send`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    guard("ibv_qp_to_qp_ex", null_mut(), || {
-        fail_null(unsupported("ibv_qp_to_qp_ex"))
-    })
 }
 
 #[no_mangle]

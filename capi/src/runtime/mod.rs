@@ -181,7 +181,12 @@ impl Endpoint for Node {
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
         loop {
-            let t = Endpoint::poll_transmit(&mut self.nic, now)?;
+            let Some(t) = Endpoint::poll_transmit(&mut self.nic, now) else {
+                // The send step makes completions too (a UD SEND completes when its datagram
+                // leaves): raise the channels once it is over, as after every other step.
+                self.signal(now);
+                return None;
+            };
             if !self.lose() {
                 return Some(t);
             }
@@ -386,6 +391,27 @@ impl Runtime {
     /// a CQ, queries): nothing is sent, no channel is signalled, the progress thread is not woken.
     pub fn with_quiet<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
         self.handle.with_quiet(f)
+    }
+
+    /// Receives and delivers, from the calling thread, the datagrams waiting on the socket
+    /// (rnic-sim's `UdpHandle::progress`), so that a thread that polls an empty CQ, or a
+    /// non-blocking channel, gets its peer's answer without waiting for the progress thread
+    /// to be scheduled. Returns whether any datagram came.
+    pub fn progress(&self) -> bool {
+        self.handle.progress()
+    }
+
+    /// [`wait_token`] on a channel's descriptor; when it is non-blocking and empty (`EAGAIN`),
+    /// first [`progress`](Self::progress) and look once more (`ibv_get_cq_event`,
+    /// `rdma_get_cm_event` in a polling loop).
+    ///
+    /// # Errors
+    /// As [`wait_token`].
+    pub fn wait_token_or_progress(&self, ends: &Ends) -> io::Result<()> {
+        match wait_token(ends) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.progress() => wait_token(ends),
+            r => r,
+        }
     }
 
     /// The socket address of this RNIC (its GID's IP, port 4791).

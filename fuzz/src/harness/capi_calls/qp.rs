@@ -38,6 +38,19 @@ impl Harness {
         }
     }
 
+    /// The send limits librnic grants for `cap`, as rxe's `rxe_qp_init_req` rounds them: a
+    /// send WQE of max(16 × `max_send_sge`, `max_inline_data`) bytes, both limits grown to fill
+    /// it, up to the device's maxima.
+    pub(super) fn granted(&self, mut cap: QpCap) -> QpCap {
+        let e = self.env;
+        if cap.max_send_sge <= e.max_sge && cap.max_inline_data <= e.max_inline {
+            let wqe = cap.max_send_sge.saturating_mul(16).max(cap.max_inline_data);
+            cap.max_inline_data = wqe.min(e.max_inline);
+            cap.max_send_sge = (wqe / 16).min(e.max_sge).max(cap.max_send_sge);
+        }
+        cap
+    }
+
     pub(super) fn qp_type(t: u8) -> u32 {
         match t % 8 {
             0..=3 => IBV_QPT_RC,
@@ -114,11 +127,12 @@ impl Harness {
             let Some(qp_type) = qp_type_ok(init.qp_type) else {
                 return;
             };
+            let cap = self.granted(init.cap);
             self.qps.insert(
                 q,
                 QpM {
                     qp_type,
-                    cap: init.cap,
+                    cap,
                     state: Some(QpState::Reset),
                     touched: false,
                     pd: s,

@@ -38,6 +38,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod batch;
+mod caller;
 
 use std::collections::VecDeque;
 use std::io;
@@ -73,6 +74,11 @@ const IDLE_TICK: Duration = Duration::from_millis(10);
 /// (`UdpDriver::spin`): longer than a loopback round trip, short enough that an idle driver
 /// costs nothing. The CPU is yielded between tries.
 const BUSY_POLL: Duration = Duration::from_micros(50);
+
+/// How long a handle lets a driver that waits for the endpoint lock go first
+/// (`Shared::lock`): long enough for a driver running on another core to take it, shorter
+/// than any round trip worth measuring.
+const YIELD_TO_DRIVER: Duration = Duration::from_micros(20);
 
 /// The largest UDP payload in bytes.
 pub const MAX_DATAGRAM: usize = 65_535;
@@ -114,6 +120,8 @@ pub struct UdpStats {
     pub send_calls: u64,
     /// Receive system calls that returned data (`recvmmsg`, each up to 32 messages).
     pub recv_calls: u64,
+    /// Of `recv_calls`, those made from a caller's thread ([`UdpHandle::progress`]).
+    pub caller_recv_calls: u64,
 }
 
 struct State<E> {
@@ -130,6 +138,8 @@ struct State<E> {
     /// Decides whether a datagram or timeout wakes the waiters (see
     /// [`UdpHandle::set_wake_filter`]); `None`: always.
     wake_filter: Option<WakeFilter<E>>,
+    /// The receive buffers of [`UdpHandle::progress`] (made on its first use).
+    caller_recv: Option<Box<RecvBufs>>,
 }
 
 impl<E: Endpoint> State<E> {
@@ -156,11 +166,18 @@ type WakeFilter<E> = Box<dyn FnMut(&E) -> bool + Send>;
 /// What the driver and its handles share.
 struct Shared<E> {
     state: Mutex<State<E>>,
+    /// Held from a receive system call until its datagrams are delivered, by the driver and
+    /// by [`UdpHandle::progress`] alike (taken before `state`): datagrams reach the endpoint in
+    /// the order the socket gave them, whichever thread read them.
+    rx: Mutex<()>,
     /// The driver thread wants the lock: handles let it in first (see [`Shared::lock`]).
     driver_waiting: AtomicBool,
     /// A handle woke the driver ([`Shared::wake`]) since the driver last looked: ends a busy
     /// poll.
     poked: AtomicBool,
+    /// When (ns since the epoch) a caller last looked for datagrams itself
+    /// ([`UdpHandle::progress`]): while callers poll, the driver does not busy-poll too.
+    caller_polled: AtomicU64,
     /// The wall-clock epoch: `SimTime::ZERO`.
     epoch: Instant,
     /// Wakes blocking waiters after every change.
@@ -199,6 +216,8 @@ impl<E> Shared<E> {
             "UDP driver ready (socket bound, buffers sized)"
         );
         Ok(Arc::new(Shared {
+            rx: Mutex::new(()),
+            caller_polled: AtomicU64::new(0),
             driver_waiting: AtomicBool::new(false),
             poked: AtomicBool::new(false),
             state: Mutex::new(State {
@@ -210,6 +229,7 @@ impl<E> Shared<E> {
                 backlog: VecDeque::new(),
                 gso: Vec::new(),
                 wake_filter: None,
+                caller_recv: None,
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
@@ -224,13 +244,19 @@ impl<E> Shared<E> {
 
     /// The state, for a handle; a panic in another holder does not make it unusable.
     ///
-    /// While the driver thread waits for the lock, a handle yields until it has had it: an
-    /// application thread that polls a completion queue in a loop would otherwise take the
-    /// lock again and again before the woken driver runs, and no datagram would be received
-    /// (a std mutex is not fair).
+    /// While the driver thread waits for the lock, a handle yields for a while
+    /// ([`YIELD_TO_DRIVER`]) before it takes the lock: an application thread that polls a
+    /// completion queue in a loop would otherwise take the lock again and again before the
+    /// woken driver runs (a std mutex is not fair), and the driver's timers would wait. The
+    /// wait is bounded: a driver that is runnable but has no CPU yet (every core busy with
+    /// spinning threads) would otherwise stall the caller for a scheduler time slice, and a
+    /// caller that polls receives the datagrams itself ([`UdpHandle::progress`]).
     fn lock(&self) -> MutexGuard<'_, State<E>> {
-        while self.driver_waiting.load(Ordering::Acquire) {
-            std::thread::yield_now();
+        if self.driver_waiting.load(Ordering::Acquire) {
+            let start = Instant::now();
+            while self.driver_waiting.load(Ordering::Acquire) && start.elapsed() < YIELD_TO_DRIVER {
+                std::thread::yield_now();
+            }
         }
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -258,6 +284,14 @@ impl<E> Shared<E> {
             .checked_add(Duration::from_nanos(t.as_nanos()))
             .unwrap_or(self.epoch);
         tokio::time::Instant::from_std(at)
+    }
+
+    /// Whether a caller looked for datagrams itself within the last [`BUSY_POLL`]: it is
+    /// polling, and the driver's own busy poll would only compete with it for the CPU and the
+    /// receive lock (the driver still sleeps on the socket and its deadline).
+    fn callers_polling(&self) -> bool {
+        let last = self.caller_polled.load(Ordering::Relaxed);
+        last != 0 && self.now().as_nanos().saturating_sub(last) < BUSY_POLL.as_nanos() as u64
     }
 
     /// Wakes the driver loop (and ends its busy poll).
@@ -348,22 +382,7 @@ impl<E> UdpHandle<E> {
         let (r, wake) = {
             let mut st = self.shared.lock();
             let r = f(&mut st.endpoint, self.shared.now());
-            let wake = match &self.shared.direct {
-                Some(socket) => {
-                    let st = &mut *st;
-                    let now = self.shared.now();
-                    let blocked = !st.backlog.is_empty();
-                    st.send_queued(now, &self.shared.udp, socket);
-                    let earlier = match (st.endpoint.poll_timeout(), st.armed) {
-                        (Some(t), Some(a)) => t < a,
-                        (Some(_), None) => true,
-                        (None, _) => false,
-                    };
-                    // (`armed` is `None` only before the loop first ran.)
-                    earlier || (!blocked && !st.backlog.is_empty())
-                }
-                None => true,
-            };
+            let wake = self.flush(&mut st);
             (r, wake)
         };
         if wake {
@@ -371,6 +390,30 @@ impl<E> UdpHandle<E> {
         }
         self.shared.notify_changed();
         r
+    }
+
+    /// After a handle touched the endpoint: sends what it queued straight from this thread
+    /// (spawned drivers), and returns whether the driver must be woken — for a deadline
+    /// earlier than the one it sleeps on, or a backlog the socket would not take.
+    fn flush(&self, st: &mut State<E>) -> bool
+    where
+        E: Endpoint,
+    {
+        match &self.shared.direct {
+            Some(socket) => {
+                let now = self.shared.now();
+                let blocked = !st.backlog.is_empty();
+                st.send_queued(now, &self.shared.udp, socket);
+                let earlier = match (st.endpoint.poll_timeout(), st.armed) {
+                    (Some(t), Some(a)) => t < a,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                // (`armed` is `None` only before the loop first ran.)
+                earlier || (!blocked && !st.backlog.is_empty())
+            }
+            None => true,
+        }
     }
 
     /// Runs `f` on the endpoint with the current time, for a call that queues nothing to send
@@ -565,14 +608,16 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
             // kernel's idle state costs more than that).
             if let Some(until) = spin_until {
                 match self.spin(&mut recv, until.min(deadline)) {
-                    Ok(true) => {
-                        if self.deliver(&recv) {
+                    Ok(Some(rx)) => {
+                        let wake = self.deliver(&recv);
+                        drop(rx);
+                        if wake {
                             shared.notify_changed();
                         }
                         spin_until = Some(shared.now().plus_nanos(BUSY_POLL.as_nanos() as u64));
                         continue;
                     }
-                    Ok(false) => spin_until = None,
+                    Ok(None) => spin_until = None,
                     Err(e) => return Err(e),
                 }
             }
@@ -587,11 +632,16 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
             };
             let wake_waiters = tokio::select! {
                 r = self.socket.readable() => match r.and_then(|()| {
-                    self.socket.try_io(Interest::READABLE, || recv.recv(&shared.udp, &self.socket))
+                    let rx = shared.rx.lock().unwrap_or_else(PoisonError::into_inner);
+                    self.socket
+                        .try_io(Interest::READABLE, || recv.recv(&shared.udp, &self.socket))
+                        .map(|_| rx)
                 }) {
-                    Ok(_) => {
+                    Ok(rx) => {
                         spin_until = Some(shared.now().plus_nanos(BUSY_POLL.as_nanos() as u64));
-                        self.deliver(&recv)
+                        let wake = self.deliver(&recv);
+                        drop(rx);
+                        wake
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
                     Err(e) if is_icmp_error(&e) => {
@@ -646,20 +696,28 @@ impl<E: Endpoint> UdpDriver<E> {
     }
 
     /// Polls the socket without sleeping, yielding the CPU between tries, until datagrams
-    /// arrive (`Ok(true)`), or `until` passes or a handle asks for the driver (`Ok(false)`).
-    /// Reads the socket directly, not through tokio (whose readiness only changes when the
-    /// runtime polls).
-    fn spin(&self, recv: &mut RecvBufs, until: SimTime) -> io::Result<bool> {
+    /// arrive (`Ok(Some(rx))`, with the receive lock held until they are delivered), or `until`
+    /// passes, a handle asks for the driver or callers poll themselves (`Ok(None)`). Reads the
+    /// socket directly, not
+    /// through tokio (whose readiness only changes when the runtime polls).
+    fn spin(&self, recv: &mut RecvBufs, until: SimTime) -> io::Result<Option<MutexGuard<'_, ()>>> {
         let shared = &self.shared;
-        while shared.now() < until && !shared.poked.load(Ordering::Acquire) {
+        while shared.now() < until
+            && !shared.poked.load(Ordering::Acquire)
+            && !shared.callers_polling()
+        {
+            let rx = shared.rx.lock().unwrap_or_else(PoisonError::into_inner);
             match recv.recv(&shared.udp, &self.socket) {
-                Ok(_) => return Ok(true),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Ok(_) => return Ok(Some(rx)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drop(rx);
+                    std::thread::yield_now();
+                }
                 Err(e) if is_icmp_error(&e) => shared.lock_driver().stats.recv_errors += 1,
                 Err(e) => return Err(e),
             }
         }
-        Ok(false)
+        Ok(None)
     }
 }
 
