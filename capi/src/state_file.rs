@@ -19,7 +19,7 @@
 //! | offset | bytes | written by | content |
 //! |---|---|---|---|
 //! | 0 | 64 | supervisor, once | geometry: magic `RNICSTF1`, version, supervisor pid, slot size and count, offsets and size of the regions below |
-//! | 256 | 128 | program, at start | owner: magic `RNICOWN1`, pid, the RNIC's socket address and GID, the CM's CA GUID and timers (what a CM of the supervisor's needs to speak for it), connections not published for want of a slot |
+//! | 256 | 128 | program, at start | owner: magic `RNICOWN1`, pid, the RNIC's socket address and GID, the CM's CA GUID and timers (what a CM of the supervisor's needs to speak for it), connections not published for want of a slot, whether the RNIC was removed |
 //! | 512 | 16 | program | report control: which report copy is current and its length |
 //! | 4096 | 128 × slots | program | one slot per IB CM connection that destroying would send something for or answer ([`ConnSnapshot::needs_teardown`]): its [`ConnSnapshot`] (96 B) and the peer's UDP socket address; all zeros when free |
 //! | after the slots, page-aligned | 2 × capacity | program | the report (e.g. a checker's JSON), in two copies: a new report goes to the copy the control record does not name, then the control record names it, so the last complete report survives any death |
@@ -158,6 +158,9 @@ pub struct Owner {
     pub cm: CmConfig,
     /// Connections that needed a slot when none was free: the supervisor cannot finish them.
     pub unpublished: u64,
+    /// The RNIC was removed (`RNIC_REMOVE_DEVICE_MS`): it can send nothing, before the death or
+    /// after.
+    pub device_removed: bool,
 }
 
 impl Owner {
@@ -188,6 +191,7 @@ impl Owner {
             }
         }
         b[80..88].copy_from_slice(&self.unpublished.to_le_bytes());
+        b[88] = u8::from(self.device_removed);
         b
     }
 
@@ -221,6 +225,7 @@ impl Owner {
             local_gid: Gid(b[32..48].try_into().ok()?),
             cm,
             unpublished: u64_at(b, 80),
+            device_removed: b[88] != 0,
         })
     }
 }
@@ -509,6 +514,7 @@ mod tests {
                 ..CmConfig::default().with_fast_timers()
             },
             unpublished: 3,
+            device_removed: true,
         };
         prog.write_owner(&owner).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(sup.read_owner().ok(), Some(Some(owner)));

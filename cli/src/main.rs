@@ -404,9 +404,6 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Exec(opts) => {
-            eprintln!("rnic exec: {}", exec::exec(&opts));
-            ExitCode::from(127)
-        }
+        Command::Exec(opts) => exec::main(&opts),
     }
 }

@@ -351,6 +351,7 @@ impl Runtime {
                     local_gid: gid,
                     cm: cm_cfg,
                     unpublished: 0,
+                    device_removed: false,
                 };
                 Some(
                     Publisher::new(file, owner)

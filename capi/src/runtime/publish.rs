@@ -171,6 +171,16 @@ impl Publisher {
         self.slots.len()
     }
 
+    /// Records that the RNIC was removed: the supervisor then sends nothing for it (a removed
+    /// device cannot).
+    pub fn device_removed(&mut self) {
+        if !self.owner.device_removed {
+            self.owner.device_removed = true;
+            let r = self.file.write_owner(&self.owner);
+            self.note(r);
+        }
+    }
+
     /// Writes the changed connections: one that a teardown would send for
     /// ([`ConnSnapshot::needs_teardown`]) to its slot, one that is gone or idle frees its slot.
     /// `route` is where a GID's datagrams go.
@@ -246,6 +256,9 @@ impl Node {
     /// `rnic exec` (see the module docs).
     pub(super) fn publish(&mut self) {
         if let Some(p) = self.publisher.as_mut() {
+            if self.cm.cma().device_removed() {
+                p.device_removed();
+            }
             let changes = self.cm.take_conn_changes();
             if !changes.is_empty() {
                 let nic = &self.nic;
