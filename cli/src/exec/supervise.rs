@@ -71,14 +71,10 @@ fn prepare(cmd: &Command) -> Result<Option<Rnic>, String> {
     let Ok(socket) = rnic::runtime::bind(&config) else {
         return Ok(None);
     };
-    let memfd = nix::sys::memfd::memfd_create(
-        c"rnic-exec-state",
-        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
-    )
-    .map_err(|e| format!("cannot make the state file (memfd_create): {e}"))?;
-    let dup = memfd
-        .try_clone()
-        .map_err(|e| format!("state file: {e}"))?;
+    let memfd =
+        nix::sys::memfd::memfd_create(c"rnic-exec-state", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .map_err(|e| format!("cannot make the state file (memfd_create): {e}"))?;
+    let dup = memfd.try_clone().map_err(|e| format!("state file: {e}"))?;
     let state = StateFile::create(std::fs::File::from(dup), std::process::id())
         .map_err(|e| format!("cannot size the state file: {e}"))?;
     Ok(Some(Rnic {
@@ -105,14 +101,14 @@ fn in_terminal_foreground() -> bool {
 /// Runs the program (see the module docs) and returns the status to exit with.
 pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
     // Caught from now on, queued until the forwarder runs.
-    let signals =
-        match signal_hook::iterator::Signals::new(FORWARDED.map(|s| s as std::ffi::c_int)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!("rnic exec: cannot catch signals ({e}): they are not passed on");
-                None
-            }
-        };
+    let signals = match signal_hook::iterator::Signals::new(FORWARDED.map(|s| s as std::ffi::c_int))
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("rnic exec: cannot catch signals ({e}): they are not passed on");
+            None
+        }
+    };
     let rnic = prepare(&cmd).unwrap_or_else(|e| {
         eprintln!("rnic exec: {e}; the program runs without a supervisor");
         None

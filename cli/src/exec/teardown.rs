@@ -204,9 +204,7 @@ pub fn run(
     };
     let driver = UdpDriver::spawn(kernel, socket)
         .map_err(|e| format!("cannot answer for the dead program: {e}"))?;
-    let (destroyed, refused) = driver
-        .handle()
-        .with(|k, now| k.take_over(now, &read.slots));
+    let (destroyed, refused) = driver.handle().with(|k, now| k.take_over(now, &read.slots));
     wait(signals, linger);
     let sent = driver.handle().with_quiet(|k, _| k.sent.clone());
     if let Err(e) = driver.shutdown() {

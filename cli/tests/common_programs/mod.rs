@@ -344,6 +344,16 @@ impl Running {
         }
     }
 
+    /// The process ID of `rnic exec` (the supervisor; the program is its child).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process ID of the program `rnic exec` started, once it runs.
+    pub fn program_id(&self) -> Option<u32> {
+        descendants(self.child.id()).first().copied()
+    }
+
     /// Its stderr so far.
     pub fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&lock(&self.stderr)).into_owned()
