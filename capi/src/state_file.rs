@@ -18,7 +18,7 @@
 //!
 //! | offset | bytes | written by | content |
 //! |---|---|---|---|
-//! | 0 | 64 | supervisor, once | geometry: magic `RNICSTF1`, version, supervisor pid, slot size and count, offsets and size of the regions below |
+//! | 0 | 64 | supervisor, once | geometry (byte 0 also carries the owner's claim, a record lock: [`StateFile::claim`]): magic `RNICSTF1`, version, supervisor pid, slot size and count, offsets and size of the regions below |
 //! | 256 | 128 | program, at start | owner: magic `RNICOWN1`, pid, the RNIC's socket address and GID, the CM's CA GUID and timers (what a CM of the supervisor's needs to speak for it), connections not published for want of a slot, whether the RNIC was removed |
 //! | 512 | 16 | program | report control: which report copy is current and its length |
 //! | 4096 | 128 × slots | program | one slot per IB CM connection that destroying would send something for or answer ([`ConnSnapshot::needs_teardown`]): its [`ConnSnapshot`] (96 B) and the peer's UDP socket address; all zeros when free |
@@ -253,7 +253,11 @@ impl Slot {
         let b: &[u8; SLOT_LEN] = b.try_into().ok()?;
         let conn = ConnSnapshot::decode(&b[..SNAPSHOT_LEN])?;
         let a = &b[SNAPSHOT_LEN..SNAPSHOT_LEN + 19];
-        let peer = if a[0] == 0 { None } else { Some(decode_addr(a)?) };
+        let peer = if a[0] == 0 {
+            None
+        } else {
+            Some(decode_addr(a)?)
+        };
         Some(Slot { conn, peer })
     }
 }
@@ -284,6 +288,17 @@ fn decode_addr(b: &[u8]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
+/// The record lock of [`StateFile::claim`]: byte 0.
+fn claim_lock(kind: libc::c_int) -> libc::flock {
+    libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 1,
+        l_pid: 0,
+    }
+}
+
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
@@ -299,6 +314,8 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
 pub struct Slots {
     /// The published connections, in slot order.
     pub slots: Vec<Slot>,
+    /// The index of each of [`slots`](Self::slots).
+    pub indices: Vec<u32>,
     /// Slots that were neither free nor a valid record (skipped).
     pub invalid: u64,
 }
@@ -396,18 +413,46 @@ impl StateFile {
             let chunk = &mut buf[..n * SLOT_LEN];
             let at = self.geometry.slots_offset + u64::from(i) * SLOT_LEN as u64;
             self.file.read_exact_at(chunk, at)?;
-            for raw in chunk.chunks_exact(SLOT_LEN) {
+            for (k, raw) in chunk.chunks_exact(SLOT_LEN).enumerate() {
                 if raw.iter().all(|&b| b == 0) {
                     continue;
                 }
                 match Slot::decode(raw) {
-                    Some(s) => out.slots.push(s),
+                    Some(s) => {
+                        out.slots.push(s);
+                        out.indices.push(i + k as u32);
+                    }
                     None => out.invalid += 1,
                 }
             }
             i += n as u32;
         }
         Ok(out)
+    }
+
+    /// Claims the RNIC for this process: a POSIX record lock (`F_SETLK`, write, byte 0) that
+    /// the kernel drops when the process dies (or closes any descriptor of this file), and that a
+    /// `fork`ed child does not inherit. One process of the program's tree at a time owns the
+    /// RNIC, as one process at a time could bind its address.
+    ///
+    /// # Errors
+    /// `Err(Some(pid))`: process `pid` holds it; `Err(None)`: the lock call failed.
+    pub fn claim(&self) -> Result<(), Option<u32>> {
+        use nix::fcntl::{fcntl, FcntlArg};
+        let lock = claim_lock(libc::F_WRLCK);
+        match fcntl(&self.file, FcntlArg::F_SETLK(&lock)) {
+            Ok(_) => Ok(()),
+            Err(nix::errno::Errno::EACCES | nix::errno::Errno::EAGAIN) => Err(self.owner_pid()),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// The process that holds the claim ([`claim`](Self::claim)) now, if another one does.
+    pub fn owner_pid(&self) -> Option<u32> {
+        use nix::fcntl::{fcntl, FcntlArg};
+        let mut lock = claim_lock(libc::F_WRLCK);
+        fcntl(&self.file, FcntlArg::F_GETLK(&mut lock)).ok()?;
+        (i32::from(lock.l_type) != libc::F_UNLCK).then_some(lock.l_pid as u32)
     }
 
     /// Writes a report (e.g. a checker's JSON) so that [`read_report`](Self::read_report)
@@ -528,12 +573,14 @@ mod tests {
         };
         let last = sup.geometry().slot_count - 1;
         for (i, s) in [(0, &a), (last, &b), (7, &a)] {
-            prog.write_slot(i, Some(s)).unwrap_or_else(|e| panic!("{e}"));
+            prog.write_slot(i, Some(s))
+                .unwrap_or_else(|e| panic!("{e}"));
         }
         prog.write_slot(7, None).unwrap_or_else(|e| panic!("{e}"));
         assert!(prog.write_slot(last + 1, Some(&a)).is_err(), "past the end");
         let read = sup.read_slots().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(read.slots, vec![a, b]);
+        assert_eq!(read.indices, vec![0, last]);
         assert_eq!(read.invalid, 0);
     }
 
@@ -555,12 +602,25 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_is_per_process() {
+        let f = temp_file();
+        let s = StateFile::create(reopen(&f), 1).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.owner_pid(), None);
+        assert_eq!(s.claim(), Ok(()));
+        // The holder sees no other holder, and may claim again.
+        assert_eq!(s.owner_pid(), None);
+        assert_eq!(s.claim(), Ok(()));
+    }
+
+    #[test]
     fn a_report_is_the_last_complete_one() {
         let f = temp_file();
         let s = StateFile::create(reopen(&f), 1).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.read_report().ok(), Some(None));
-        s.write_report(b"{\"a\":1}").unwrap_or_else(|e| panic!("{e}"));
-        s.write_report(b"{\"b\":22}").unwrap_or_else(|e| panic!("{e}"));
+        s.write_report(b"{\"a\":1}")
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.write_report(b"{\"b\":22}")
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.read_report().ok(), Some(Some(b"{\"b\":22}".to_vec())));
         // A writer killed while writing the next report's bytes: the control record still
         // names the complete one.

@@ -27,6 +27,9 @@
 //!   8: `RDMA_CM_EVENT_REJECTED, error: 8`); with power-loss (and the client's fast timers) it
 //!   goes unanswered (`RDMA_CM_EVENT_UNREACHABLE, error: -110`).
 //!
+//! * the RDMA program run by a shell (`sh -c 'rping …; exit 7'`), SIGKILLed: it owned the RNIC
+//!   though a grandchild, so its peer gets DISCONNECTED when the shell ends; `rnic exec` exits 7.
+//!
 //! Addresses 127.0.N.1 (server) and 127.0.N.2 (client), N in 50 … 69, one per test.
 //!
 //!     cargo test -p rnic-cli --test exec_death -- --nocapture
@@ -576,4 +579,43 @@ fn exit_codes_signals_and_misspelled_options() {
     assert!(err.contains("--adr"), "{err}");
     let missing = run(&["--addr", "127.0.62.1", "--", "/nonexistent/program"]);
     assert_eq!(missing.status.code(), Some(127), "{missing:?}");
+}
+
+/// The RDMA program is a grandchild of `rnic exec` (a shell runs it, then more): it owns the
+/// RNIC all the same, and when it is SIGKILLed its peer gets DISCONNECTED once the shell ends;
+/// `rnic exec` exits with the shell's code.
+#[test]
+fn a_program_a_shell_started_owns_the_rnic() {
+    let name = "a_program_a_shell_started_owns_the_rnic";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let net = Net::new(64);
+    let (ip, port) = (net.server_ip(), net.port_arg());
+    let script = format!("rping -s -a {ip} -p {port} -v -d; exit 7");
+    let mut sp = Program::new(&ip, &["sh", "-c", script.as_str()]);
+    let mut server = start_server(&mut sp);
+    let (_, cp) = rping_pair(64, &[]);
+    let mut client = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the client's first pings", &mut client, |c| {
+        c.stdout_text().matches("ping data: ").count() >= 3
+    });
+    let shell = server
+        .program_id()
+        .unwrap_or_else(|| panic!("rnic exec {} has no child", server.id()));
+    let rping = common_programs::descendants(shell);
+    assert_eq!(rping.len(), 1, "the shell's children: {rping:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(rping[0] as i32), Signal::SIGKILL)
+        .unwrap_or_else(|e| panic!("kill: {e}"));
+    let client_exit = exit_within(&mut client, PROMPT);
+    let server_exit = exit_within(&mut server, program_timeout());
+    let out = output(&client);
+    let report = format!(
+        "client {client_exit:?}, server {server_exit:?}\n--- client ---\n{}\n--- server ---\n{}",
+        tail(&out),
+        tail(&output(&server))
+    );
+    assert!(out.contains("client DISCONNECT EVENT"), "{report}");
+    assert_eq!(server_exit.and_then(|(s, _)| s.code()), Some(7), "{report}");
 }

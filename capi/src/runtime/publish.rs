@@ -3,13 +3,20 @@
 //! would when the process dies ([`crate::state_file`], docs/capi.md "Process death").
 //!
 //! `rnic exec` sets `RNIC_SUPERVISOR=<its pid>:<socket fd>:<state file fd>` and starts the
-//! program as its child, both descriptors inherited. The runtime takes them only in that child
-//! (`getppid()` is the supervisor): a process the program starts, or forks, runs stand-alone as
-//! without `rnic exec`. It checks that the socket is a UDP socket bound to an address this
-//! configuration accepts (`RNIC_ADDR`, else a 127.0.0.x, port 4791) and that the state file is
-//! one, marks both close-on-exec (a program the program starts must not hold the RNIC's socket),
-//! and asks to be killed if the supervisor dies (`PR_SET_PDEATHSIG`: without it the RNIC's
-//! kernel side is gone, as on a host that lost power).
+//! program, both descriptors inherited. The runtime checks that the socket is a UDP socket bound
+//! to an address this configuration accepts (`RNIC_ADDR`, else a 127.0.0.x, port 4791) and that
+//! the state file is the supervisor's, then claims the RNIC ([`StateFile::claim`]): the first
+//! process of the program's tree to start its runtime owns it — the program, or a process it
+//! forked or started (a forking server such as qperf, a shell running the RDMA program) — one
+//! at a time, as one process at a time could bind the address; the claim ends with the owner's
+//! life. Another process that starts while the RNIC is owned runs stand-alone, as without `rnic
+//! exec`. The owner marks the socket close-on-exec (a program it starts must not hold the RNIC's
+//! socket) and, when it is `rnic exec`'s own child, asks to be killed if the supervisor dies
+//! (`PR_SET_PDEATHSIG`: the RNIC's kernel side is gone, as on a host that lost power).
+//!
+//! Connections left in the file by an earlier owner that died (a forked child killed while its
+//! parent, rnic exec's child, lives on) stay: the supervisor finishes them when its child dies.
+//! A new owner publishes into the free slots.
 //!
 //! Publishing: the CM notes every connection whose state changes
 //! (`RdmaCm::track_conn_changes`); after each step of the node the changed ones are written to
@@ -50,29 +57,38 @@ pub fn inherited(config: &Config, take_fd: FdTaker) -> Option<(UdpSocket, StateF
         tracing::warn!("{SUPERVISOR_ENV}={v:?} is not PID:FD:FD; running stand-alone");
         return None;
     };
-    if nix::unistd::getppid().as_raw() as u32 != pid {
-        tracing::debug!("{SUPERVISOR_ENV}: not the child of {pid}; running stand-alone");
-        return None;
-    }
     let (Some(socket), Some(state)) = (take_fd(socket_fd), take_fd(state_fd)) else {
         tracing::warn!("{SUPERVISOR_ENV}={v}: descriptors not open; running stand-alone");
         return None;
     };
     match check(config, &socket, &state, pid) {
         Ok((addr, file)) => {
-            // The state file is used through `file`, a close-on-exec duplicate.
+            // The state file is used through `file`, a close-on-exec duplicate. (Closing a
+            // descriptor of the file drops this process's record locks: before the claim.)
             drop(state);
+            if let Err(holder) = file.claim() {
+                let who = holder.map_or("another process".into(), |p| format!("process {p}"));
+                tracing::warn!(
+                    "{SUPERVISOR_ENV}: rnic exec's RNIC ({addr}) is owned by {who}; running \
+                     stand-alone"
+                );
+                let _ = socket.into_raw_fd();
+                return None;
+            }
             let socket = UdpSocket::from(socket);
             if let Err(e) = close_on_exec(&socket) {
                 tracing::warn!("{SUPERVISOR_ENV}: cannot set FD_CLOEXEC: {e}");
             }
-            if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
-                tracing::warn!("{SUPERVISOR_ENV}: PR_SET_PDEATHSIG: {e}");
-            }
-            if nix::unistd::getppid().as_raw() as u32 != pid {
-                // The supervisor died before PR_SET_PDEATHSIG took effect.
-                eprintln!("librnic: rnic exec (pid {pid}) is gone, and the RNIC with it");
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            if nix::unistd::getppid().as_raw() as u32 == pid {
+                // rnic exec's own child: dies with it (the RNIC's kernel side is gone).
+                if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+                    tracing::warn!("{SUPERVISOR_ENV}: PR_SET_PDEATHSIG: {e}");
+                }
+                if nix::unistd::getppid().as_raw() as u32 != pid {
+                    // The supervisor died before PR_SET_PDEATHSIG took effect.
+                    eprintln!("librnic: rnic exec (pid {pid}) is gone, and the RNIC with it");
+                    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                }
             }
             tracing::debug!(%addr, supervisor = pid, "RNIC socket from rnic exec");
             Some((socket, file))
@@ -150,13 +166,23 @@ impl Publisher {
     /// # Errors
     /// What `pwrite` returns.
     pub fn new(file: StateFile, owner: Owner) -> std::io::Result<Publisher> {
+        // Slots an earlier owner left (it died) stay theirs: the supervisor finishes them.
+        let left = file.read_slots()?;
+        let end = left.indices.last().map_or(0, |i| i + 1);
+        let taken: std::collections::BTreeSet<u32> = left.indices.iter().copied().collect();
+        if !taken.is_empty() {
+            tracing::info!(
+                connections = taken.len(),
+                "connections an earlier owner of rnic exec's RNIC left, for rnic exec to finish"
+            );
+        }
         file.write_owner(&owner)?;
         Ok(Publisher {
             file,
             owner,
             slots: BTreeMap::new(),
-            free: Vec::new(),
-            next: 0,
+            free: (0..end).rev().filter(|i| !taken.contains(i)).collect(),
+            next: end,
             write_errors: 0,
         })
     }

@@ -159,8 +159,9 @@ pub struct Outcome {
 /// After the program's death: reads the state file, destroys its connections and answers its
 /// peers on `socket` for `linger` (default [`default_linger`]), or until SIGINT, SIGTERM, SIGHUP
 /// or SIGQUIT comes through `signals` (the ones `rnic exec` received). Nothing happens when the
-/// program never took the RNIC, nor by default when it `exited` (rather than being killed)
-/// leaving no connection and no datagram unanswered.
+/// program never took the RNIC, when another process of its tree owns it still, when the RNIC was
+/// removed, nor by default when it `exited` (rather than being killed) leaving no connection and
+/// no datagram unanswered.
 ///
 /// # Errors
 /// The state file cannot be read, or the driver not started (the message says which).
@@ -171,6 +172,11 @@ pub fn run(
     exited: bool,
     signals: &Receiver<Signal>,
 ) -> Result<Outcome, String> {
+    if let Some(pid) = state.owner_pid() {
+        // A process the program started owns the RNIC and lives on: its RNIC is alive.
+        tracing::info!("rnic exec: process {pid} still owns the RNIC; nothing to finish");
+        return Ok(Outcome::default());
+    }
     let owner = match state.read_owner() {
         // A removed RNIC sends nothing, alive or dead.
         Ok(Some(o)) if !o.device_removed => o,

@@ -390,7 +390,7 @@ impl Running {
 
 /// The processes descending from `pid` (children, their children, …), per the parent ids in
 /// `/proc/<pid>/stat`.
-fn descendants(pid: u32) -> Vec<u32> {
+pub fn descendants(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
