@@ -133,7 +133,7 @@ impl Geometry {
         let ok = u32_at(b, 16) as usize == SLOT_LEN
             && g.slot_count <= MAX_SLOTS
             && g.slots_offset >= REPORT_CONTROL_OFFSET + 16
-            && g.slots_offset % SLOT_LEN as u64 == 0
+            && g.slots_offset.is_multiple_of(SLOT_LEN as u64)
             && g.report_capacity <= MAX_REPORT_CAPACITY
             && slots_end.is_some_and(|e| e <= g.report_offset);
         if ok {

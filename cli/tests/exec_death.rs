@@ -37,6 +37,7 @@
 // Real processes on the wall clock: deadlines and the pipes' reader threads.
 #![allow(clippy::disallowed_methods)]
 
+#[allow(unused_imports)] // the harness re-exports its parsers, which these tests do not need
 mod common_programs;
 
 use common_programs::{

@@ -232,6 +232,7 @@ fn has_datagram(socket: &UdpSocket) -> bool {
 
 /// Sleeps for `linger`, or until SIGINT, SIGTERM, SIGHUP or SIGQUIT comes through `signals`
 /// (others are ignored).
+#[allow(clippy::disallowed_methods)] // a driver: the linger is wall-clock time
 fn wait(signals: &Receiver<Signal>, linger: Duration) {
     let deadline = std::time::Instant::now() + linger;
     loop {
