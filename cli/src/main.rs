@@ -98,7 +98,10 @@ enum Command {
     /// Runs an unmodified RDMA program (perftest, rping, qperf, your own) on a simulated RNIC
     /// of its own: preloads librnic.so and sets its environment. Two programs on one machine
     /// need two addresses (`--addr 127.0.0.1`, `--addr 127.0.0.2`); without `--addr` the
-    /// first free loopback address is taken. See docs/capi.md.
+    /// first free loopback address is taken. `rnic exec` stays the program's parent, passes
+    /// signals on, and when the program dies (any signal, any exit) finishes its connections as
+    /// the Linux kernel would (DREQ, REJ), then exits with the program's status. See
+    /// docs/capi.md.
     Exec(exec::ExecOptions),
     /// Floods an rdma_cm listener (`rnic ping --listen ADDR`) with connection requests from
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
@@ -404,9 +407,6 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Exec(opts) => {
-            eprintln!("rnic exec: {}", exec::exec(&opts));
-            ExitCode::from(127)
-        }
+        Command::Exec(opts) => exec::main(&opts),
     }
 }

@@ -9,7 +9,8 @@
 //! trusted to be one of those (or a buffer the C API says it must be), as libibverbs trusts it.
 //!
 //! Files: [`objects`] (the boxes and the handle → pointer registry), [`memory`] (user buffers
-//! as MR memory), [`raw`] (the C ↔ Rust conversions that need `unsafe`; the others are
+//! as MR memory), [`inherit`] (descriptors inherited from `rnic exec`), [`raw`] (the C ↔ Rust
+//! conversions that need `unsafe`; the others are
 //! `verbs_abi::convert`'s), [`verbs`] (`ibv_*`: devices, contexts, PDs, MRs), [`async_event`]
 //! (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels, CQs), [`qp`] (QPs,
 //! posting, AHs), [`srq`] (SRQs); librdmacm, from the bottom up: [`cm_id`] (the C side of an id:
@@ -40,6 +41,7 @@ mod cm_sync_api;
 mod context;
 mod cq;
 mod cq_ex;
+mod inherit;
 mod memory;
 mod objects;
 mod prototypes;
@@ -49,7 +51,7 @@ mod raw;
 mod srq;
 mod verbs;
 
-use crate::runtime::{runtime, Runtime};
+use crate::runtime::Runtime;
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
@@ -82,6 +84,12 @@ fn set_errno(e: i32) {
 /// The errno of a verbs-core error (positive).
 fn errno_of(e: &Error) -> i32 {
     e.errno.code()
+}
+
+/// The process's runtime, started on first use: under `rnic exec`, on the socket and state
+/// file it inherited ([`inherit`]).
+fn runtime() -> Result<&'static Runtime, &'static str> {
+    crate::runtime::runtime_inheriting(inherit::take_fd)
 }
 
 /// The runtime, or `ENODEV` when it could not start (the reason was printed once).

@@ -8,8 +8,10 @@
 //! call queued from the caller's thread, and tops up the descriptors of channels that got events.
 //! Safe code only: raw pointers stay in `ffi`.
 
+mod publish;
 mod signal;
 
+pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
 pub use signal::{wait_token, Ends, Signal};
 
 use crate::config::{Config, ROCE_PORT};
@@ -72,6 +74,8 @@ pub struct Node {
     async_signal: Signal,
     /// When the device is to be removed (`RNIC_REMOVE_DEVICE_MS`), until it is.
     remove_at: Option<SimTime>,
+    /// Under `rnic exec`: where the connections are published (`publish.rs`).
+    publisher: Option<Publisher>,
 }
 
 impl Node {
@@ -125,8 +129,9 @@ impl Node {
         }
     }
 
-    /// Sets every channel's descriptor to the number of events queued on it: called after each
-    /// step of the node (driver input or application call).
+    /// Sets every channel's descriptor to the number of events queued on it, and publishes the
+    /// connections that changed (under `rnic exec`): called after each step of the node (driver
+    /// input or application call).
     pub fn signal(&mut self, now: SimTime) {
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
@@ -139,6 +144,7 @@ impl Node {
                 s.raise_to(self.cm.pending_events(*ch) as u64);
             }
         }
+        self.publish();
     }
 
     /// Removes the device as a hot-unplug does: the device raises `IBV_EVENT_DEVICE_FATAL`,
@@ -253,7 +259,19 @@ static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 /// Why it could not start (bad variable, address not bindable), the same message every call;
 /// it was also printed once on stderr.
 pub fn runtime() -> Result<&'static Runtime, &'static str> {
-    runtime_or_start(|| Config::from_env().map_err(|e| e.to_string()))
+    runtime_or_start(|| Config::from_env().map_err(|e| e.to_string()), None)
+}
+
+/// As [`runtime`], taking the socket and state file `rnic exec` gave this process, if it did
+/// (`publish.rs`; `take_fd` owns an inherited descriptor).
+///
+/// # Errors
+/// As [`runtime`].
+pub fn runtime_inheriting(take_fd: FdTaker) -> Result<&'static Runtime, &'static str> {
+    runtime_or_start(
+        || Config::from_env().map_err(|e| e.to_string()),
+        Some(take_fd),
+    )
 }
 
 /// The process's runtime, started with `config` instead of the environment if it is not
@@ -265,16 +283,17 @@ pub fn runtime() -> Result<&'static Runtime, &'static str> {
 /// # Errors
 /// As [`runtime`].
 pub fn runtime_with(config: Config) -> Result<&'static Runtime, &'static str> {
-    runtime_or_start(|| Ok(config))
+    runtime_or_start(|| Ok(config), None)
 }
 
 fn runtime_or_start(
     config: impl FnOnce() -> Result<Config, String>,
+    take_fd: Option<FdTaker>,
 ) -> Result<&'static Runtime, &'static str> {
     RUNTIME
         .get_or_init(|| {
             init_logging();
-            let r = config().and_then(Runtime::start);
+            let r = config().and_then(|c| Runtime::start(c, take_fd));
             if let Err(e) = &r {
                 eprintln!("librnic: {e}");
             }
@@ -299,8 +318,11 @@ fn init_logging() {
 const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
 
 impl Runtime {
-    fn start(config: Config) -> Result<Runtime, String> {
-        let socket = bind(&config)?;
+    fn start(config: Config, take_fd: Option<FdTaker>) -> Result<Runtime, String> {
+        let (socket, state) = match take_fd.and_then(|t| publish::inherited(&config, t)) {
+            Some((socket, state)) => (socket, Some(state)),
+            None => (bind(&config)?, None),
+        };
         let addr = socket
             .local_addr()
             .map_err(|e| format!("socket has no address: {e}"))?;
@@ -324,7 +346,25 @@ impl Runtime {
         if config.fast_timers {
             cm_cfg = cm_cfg.with_fast_timers();
         }
-        let cm = RdmaCm::new(&dev, cm_cfg).map_err(|e| format!("connection manager: {e}"))?;
+        let mut cm = RdmaCm::new(&dev, cm_cfg).map_err(|e| format!("connection manager: {e}"))?;
+        let publisher = match state {
+            Some(file) => {
+                cm.track_conn_changes(true);
+                let owner = crate::state_file::Owner {
+                    pid: std::process::id(),
+                    addr,
+                    local_gid: gid,
+                    cm: cm_cfg,
+                    unpublished: 0,
+                    device_removed: false,
+                };
+                Some(
+                    Publisher::new(file, owner)
+                        .map_err(|e| format!("cannot write rnic exec's state file: {e}"))?,
+                )
+            }
+            None => None,
+        };
         let async_signal =
             Signal::new().map_err(|e| format!("cannot make the async event descriptor: {e}"))?;
         let async_ends = async_signal.ends();
@@ -343,6 +383,7 @@ impl Runtime {
             remove_at: config
                 .remove_device_ms
                 .map(|ms| SimTime::from_nanos(ms.saturating_mul(1_000_000))),
+            publisher,
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
@@ -470,8 +511,11 @@ fn next_ip(ip: IpAddr) -> IpAddr {
 }
 
 /// Binds the RNIC's UDP socket: `RNIC_ADDR` (any error is final), or the first loopback
-/// address whose port is free.
-fn bind(config: &Config) -> Result<UdpSocket, String> {
+/// address whose port is free. (`rnic exec` binds with it too.)
+///
+/// # Errors
+/// The message to print: the address and why it cannot be bound.
+pub fn bind(config: &Config) -> Result<UdpSocket, String> {
     let mut last = String::new();
     for ip in config.candidate_addrs() {
         let addr = SocketAddr::new(ip, ROCE_PORT);

@@ -344,6 +344,16 @@ impl Running {
         }
     }
 
+    /// The process ID of `rnic exec` (the supervisor; the program is its child).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process ID of the program `rnic exec` started, once it runs.
+    pub fn program_id(&self) -> Option<u32> {
+        descendants(self.child.id()).first().copied()
+    }
+
     /// Its stderr so far.
     pub fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&lock(&self.stderr)).into_owned()
@@ -380,7 +390,7 @@ impl Running {
 
 /// The processes descending from `pid` (children, their children, …), per the parent ids in
 /// `/proc/<pid>/stat`.
-fn descendants(pid: u32) -> Vec<u32> {
+pub fn descendants(pid: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

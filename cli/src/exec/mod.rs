@@ -1,8 +1,15 @@
 //! `rnic exec`: runs an unmodified RDMA program on a simulated RNIC of its own, by preloading
 //! `librnic.so` (the `rnic-capi` crate) and setting its environment (`docs/capi.md`).
 //!
-//! The program replaces the `rnic` process (`execvp`), so its exit status, signals and
-//! standard streams are the program's own.
+//! `rnic exec` stays the program's parent and plays the part of the RNIC that the kernel owns
+//! on Linux, which outlives the program: it binds the RNIC's socket and makes the state file
+//! (both inherited by the program, `rnic::state_file`), forwards signals, and when the program
+//! dies, however, finishes its connections as `ucma_close` and the CM would before exiting with
+//! the program's status. Files: [`supervise`] (start, signals, wait, exit status), [`teardown`]
+//! (the CM that speaks for the dead program).
+
+pub mod supervise;
+pub mod teardown;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -41,14 +48,31 @@ pub struct ExecOptions {
     /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
-    /// The program and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    /// What the program's peers see when it dies without closing its connections (a signal, a
+    /// crash): `kernel`, what Linux does — its connections are destroyed (DREQ when connected,
+    /// REJ in a handshake) and the RNIC still answers for a while; `power-loss`, a host that
+    /// vanished — nothing is sent.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = OnDeath::Kernel)]
+    pub on_death: OnDeath,
+    /// After the program's death, answer its peers this long (ms) before exiting (default: the
+    /// CM's TimeWait, 512 ms with Linux's timers, 16 ms with --fast-timers).
+    #[arg(long, value_name = "MS")]
+    pub linger: Option<u64>,
+    /// The program and its arguments (`--` before them is optional unless the program's name
+    /// starts with `-`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub argv: Vec<OsString>,
+}
+
+/// What `rnic exec` does when the program dies (`--on-death`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDeath {
+    /// What the kernel does on Linux (`ucma_close`, `cm_destroy_id`): DREQ, REJ or DREP as
+    /// each connection's state calls for, then answer as a CM with no ids.
+    #[default]
+    Kernel,
+    /// Nothing: the RNIC vanishes with the program, as a host losing power.
+    PowerLoss,
 }
 
 fn parse_ip(s: &str) -> Result<String, String> {
@@ -148,22 +172,30 @@ fn preload_value(lib: &Path, existing: Option<OsString>) -> OsString {
     v
 }
 
-/// Replaces this process with the program (`execvp`). Returns only on failure, with the
-/// message to print.
-pub fn exec(opts: &ExecOptions) -> String {
-    use std::os::unix::process::CommandExt;
-    match command(opts) {
-        Ok(mut cmd) => {
-            let e = cmd.exec();
-            let prog = opts
-                .argv
-                .first()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            format!("{prog}: {e}")
+/// What `get(name)` is in the program's environment: the value `cmd` sets, else this
+/// process's.
+fn program_env(cmd: &Command, name: &str) -> Option<String> {
+    for (k, v) in cmd.get_envs() {
+        if k == name {
+            return v.map(|v| v.to_string_lossy().into_owned());
         }
-        Err(e) => e,
     }
+    std::env::var(name).ok()
+}
+
+/// `rnic exec`: runs the program under a supervisor (see the module docs) and returns its exit
+/// status; a program killed by a signal has that signal re-raised on `rnic` itself, so that
+/// the shell sees the same death. Errors before the program starts are printed; their status
+/// is 127.
+pub fn main(opts: &ExecOptions) -> std::process::ExitCode {
+    let cmd = match command(opts) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rnic exec: {e}");
+            return std::process::ExitCode::from(127);
+        }
+    };
+    supervise::run(opts, cmd)
 }
 
 #[cfg(test)]
