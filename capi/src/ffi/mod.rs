@@ -43,6 +43,9 @@ mod objects;
 mod prototypes;
 mod qp;
 mod raw;
+mod rpoll;
+mod rsocket;
+mod rsocket_io;
 mod srq;
 mod verbs;
 

@@ -8,6 +8,7 @@
 //! call queued from the caller's thread, and tops up the descriptors of channels that got events.
 //! Safe code only: raw pointers stay in `ffi`.
 
+pub mod rsocket;
 mod signal;
 
 pub use signal::{wait_token, Ends, Signal};
@@ -72,6 +73,8 @@ pub struct Node {
     async_signal: Signal,
     /// When the device is to be removed (`RNIC_REMOVE_DEVICE_MS`), until it is.
     remove_at: Option<SimTime>,
+    /// The rsocket layer (`<rdma/rsocket.h>`), moved on after every step.
+    rsockets: rsocket::Rsockets,
 }
 
 impl Node {
@@ -93,6 +96,11 @@ impl Node {
     /// The CM, read-only.
     pub fn cm(&self) -> &RdmaCm {
         &self.cm
+    }
+
+    /// The rsocket layer with the CM and the device it runs on.
+    pub fn rsockets(&mut self) -> (&mut rsocket::Rsockets, &mut RdmaCm, &mut SimDevice) {
+        (&mut self.rsockets, &mut self.cm, self.nic.device_mut())
     }
 
     /// Registers a completion channel and returns its number.
@@ -128,6 +136,10 @@ impl Node {
     /// Sets every channel's descriptor to the number of events queued on it: called after each
     /// step of the node (driver input or application call).
     pub fn signal(&mut self, now: SimTime) {
+        if !self.rsockets.unused() {
+            let dev = self.nic.device_mut();
+            self.rsockets.progress(&mut self.cm, dev, now);
+        }
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
         }
@@ -338,6 +350,7 @@ impl Runtime {
             remove_at: config
                 .remove_device_ms
                 .map(|ms| SimTime::from_nanos(ms.saturating_mul(1_000_000))),
+            rsockets: rsocket::Rsockets::default(),
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
@@ -404,13 +417,14 @@ impl Runtime {
         let udp = self.handle.stats();
         self.with_quiet(|n, now| {
             format!(
-                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n",
+                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n  rsockets: {:?}\n",
                 self.addr,
                 now.as_nanos() as f64 / 1e9,
                 n.nic.datagram_counters(),
                 n.device().counters(),
                 n.cm.counters(),
                 n.drops,
+                n.rsockets.stats(),
             )
         })
     }
