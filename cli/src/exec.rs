@@ -41,6 +41,10 @@ pub struct ExecOptions {
     /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
+    /// Also preload rdma-core's librspreload.so (after librnic.so): the program's TCP sockets
+    /// become rsockets on this RNIC (RNIC_RSPRELOAD names the library). docs/capi.md.
+    #[arg(long)]
+    pub rsockets: bool,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -112,12 +116,17 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         return Err(format!("{}: no such file", lib.display()));
     }
     let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    let mut existing = std::env::var_os("LD_PRELOAD").filter(|e| !e.is_empty());
+    if opts.rsockets {
+        let rs = crate::rspreload::find_rspreload()?.into_os_string();
+        existing = Some(match existing {
+            Some(e) => [rs, e].join(std::ffi::OsStr::new(":")),
+            None => rs,
+        });
+    }
     let mut cmd = Command::new(prog);
     cmd.args(args);
-    cmd.env(
-        "LD_PRELOAD",
-        preload_value(&lib, std::env::var_os("LD_PRELOAD")),
-    );
+    cmd.env("LD_PRELOAD", preload_value(&lib, existing));
     let mut set = |k: &str, v: Option<String>| {
         if let Some(v) = v {
             cmd.env(k, v);

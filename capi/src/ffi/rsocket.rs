@@ -86,6 +86,10 @@ pub(super) unsafe fn addr_out(a: SocketAddr, out: *mut sockaddr, len: *mut sockl
 
 #[no_mangle]
 pub unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    if crate::runtime::starting_here() {
+        // The runtime's own UDP socket, through librspreload's `socket`: a real socket.
+        return fail(libc::ENOTSUP);
+    }
     call("rsocket", |r| {
         let base = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
         if domain == libc::AF_IB {

@@ -275,13 +275,27 @@ pub fn runtime_with(config: Config) -> Result<&'static Runtime, &'static str> {
     runtime_or_start(|| Ok(config))
 }
 
+thread_local! {
+    /// This thread is starting the runtime ([`starting_here`]).
+    static STARTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside the runtime's start. Its `socket(2)` call may come back into
+/// the library through an interposer (rdma-core's librspreload turns it into `rsocket`), which
+/// must then decline instead of waiting for the start it is part of.
+pub fn starting_here() -> bool {
+    STARTING.with(|s| s.get())
+}
+
 fn runtime_or_start(
     config: impl FnOnce() -> Result<Config, String>,
 ) -> Result<&'static Runtime, &'static str> {
     RUNTIME
         .get_or_init(|| {
             init_logging();
+            STARTING.with(|s| s.set(true));
             let r = config().and_then(Runtime::start);
+            STARTING.with(|s| s.set(false));
             if let Err(e) = &r {
                 eprintln!("librnic: {e}");
             }

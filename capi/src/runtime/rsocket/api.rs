@@ -350,7 +350,11 @@ pub fn rgetsockname(r: &Runtime, fd: RawFd) -> Result<SocketAddr, i32> {
 /// # Errors
 /// [`Rsockets::set_option`]'s.
 pub fn rsetsockopt(r: &Runtime, fd: RawFd, level: i32, name: i32, val: &[u8]) -> Result<(), i32> {
-    r.with(|n, _| layer(n).0.set_option(fd, level, name, val))
+    let res = r.with(|n, _| layer(n).0.set_option(fd, level, name, val));
+    if res == Err(libc::ENOTSUP) {
+        tracing::debug!(fd, level, name, "rsetsockopt: option not supported (ENOTSUP)");
+    }
+    res
 }
 
 /// `rgetsockopt`: the value's bytes.
@@ -359,7 +363,11 @@ pub fn rsetsockopt(r: &Runtime, fd: RawFd, level: i32, name: i32, val: &[u8]) ->
 /// [`Rsockets::get_option`]'s.
 pub fn rgetsockopt(r: &Runtime, fd: RawFd, level: i32, name: i32) -> Result<Vec<u8>, i32> {
     let mtu = r.config().mtu.bytes();
-    r.with(|n, _| layer(n).0.get_option(fd, level, name, mtu))
+    let res = r.with(|n, _| layer(n).0.get_option(fd, level, name, mtu));
+    if res == Err(libc::ENOTSUP) {
+        tracing::debug!(fd, level, name, "rgetsockopt: option not supported (ENOTSUP)");
+    }
+    res
 }
 
 /// `rfcntl(F_GETFL)`.

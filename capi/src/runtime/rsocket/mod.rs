@@ -669,7 +669,8 @@ impl Rsockets {
     /// `EBADF`; [`Options::set`]'s.
     pub fn set_option(&mut self, fd: RawFd, level: i32, name: i32, val: &[u8]) -> Result<(), i32> {
         let (_, s) = self.sock(fd)?;
-        let opening = !matches!(s.phase, Phase::Idle | Phase::Bound);
+        // rsocket.c: `state >= rs_opening` (a listener is not opening).
+        let opening = !matches!(s.phase, Phase::Idle | Phase::Bound | Phase::Listening);
         let resources = s.conn.is_some();
         s.opts.set(level, name, val, opening, resources)
     }
