@@ -53,11 +53,19 @@
 //!   `rdma_disconnect` returns with DISCONNECTED; `rdma_get_request` on a listener with a
 //!   channel is EINVAL; `rdma_migrate_id` to a channel drops `id->event`, to NULL gives a new
 //!   private channel, and to NULL again is EINVAL.
+//! * `rsocket.c` (two processes): rsockets (`<rdma/rsocket.h>`), as rsocket.c behaves: the
+//!   number is an open descriptor, other numbers are EBADF (and `rclose` leaves them open);
+//!   `SOCK_DGRAM` is ENOTSUP; ENOTCONN, EAGAIN (non-blocking recv and accept), EINVAL
+//!   (`SOL_RDMA` after connecting); `rconnect` to no listener is ECONNREFUSED, non-blocking
+//!   EINPROGRESS then POLLOUT|POLLERR and `SO_ERROR`; `MSG_PEEK`, `MSG_WAITALL`; `rpoll` and
+//!   `rselect` over a pipe and an rsocket; `riowrite` lands before the data sent after it;
+//!   `rshutdown(SHUT_WR)` is end-of-file for the peer, which still sends back; the peer's
+//!   `rclose` gives POLLHUP, end-of-file and ECONNRESET.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59, and 111 for `rsocket.c`; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -537,6 +545,43 @@ fn cm_id_srq_and_notify() {
             "destroy_srq_clears_id_srq",
             "destroy_ep_destroys_srq",
             "teardown",
+        ],
+    );
+}
+
+#[test]
+fn rsockets_two_processes() {
+    check(
+        "rsocket",
+        111,
+        &[("RNIC_FAST_TIMERS", "1")],
+        &[
+            "server_dgram_enotsup",
+            "server_number_is_an_open_descriptor",
+            "server_not_an_rsocket_ebadf",
+            "server_recv_unconnected_enotconn",
+            "server_rcvbuf_doubled",
+            "server_getsockname_bound",
+            "server_accept_nonblocking_eagain",
+            "server_listener_pollin",
+            "server_accept_peer_addr",
+            "server_rdma_option_after_connect_einval",
+            "server_recv_nonblocking_eagain",
+            "server_peek_then_read",
+            "server_waitall",
+            "server_rpoll_mixed",
+            "server_rselect_mixed",
+            "server_riowrite_before_later_data",
+            "server_riounmap",
+            "server_half_close_eof",
+            "server_peer_close_hup",
+            "server_closed_number_ebadf",
+            "client_connect_refused",
+            "client_connect_nonblocking_refused",
+            "client_connect",
+            "client_riowrite",
+            "client_half_close_still_receives",
+            "client_exit_status",
         ],
     );
 }

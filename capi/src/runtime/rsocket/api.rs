@@ -174,6 +174,10 @@ pub fn rconnect(r: &Runtime, fd: RawFd, addr: SocketAddr) -> Result<(), i32> {
     if done? {
         return Ok(());
     }
+    if nonblock {
+        // rsocket.c: the resolution is under way (its channel is non-blocking).
+        return Err(libc::EINPROGRESS);
+    }
     let status = |rs: &mut Rsockets, _: &mut RdmaCm, _: &mut SimDevice, _: SimTime| match rs
         .connect_status(fd)
     {
@@ -181,10 +185,7 @@ pub fn rconnect(r: &Runtime, fd: RawFd, addr: SocketAddr) -> Result<(), i32> {
         Ok(false) => Err(libc::EAGAIN),
         Err(e) => Err(e),
     };
-    match blocking(r, fd, nonblock, Dir::Out, status) {
-        Err(libc::EAGAIN) => Err(libc::EINPROGRESS),
-        res => res,
-    }
+    blocking(r, fd, false, Dir::Out, status)
 }
 
 /// `rrecv`/`rread` (`MSG_PEEK`, `MSG_DONTWAIT`, `MSG_WAITALL`): at least one byte (all of
