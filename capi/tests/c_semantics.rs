@@ -61,11 +61,16 @@
 //!   `rselect` over a pipe and an rsocket; `riowrite` lands before the data sent after it;
 //!   `rshutdown(SHUT_WR)` is end-of-file for the peer, which still sends back; the peer's
 //!   `rclose` gives POLLHUP, end-of-file and ECONNRESET.
+//! * `verbs_misc.c`: the calls exported for completeness (docs/capi.md, "Exports"): rate
+//!   conversions, `ibv_get_pkey_index`, `ibv_query_gid_ex`/`ibv_query_gid_table`,
+//!   `ibv_is_fork_initialized`, `ibv_copy_ah_attr_from_kern` as rdma-core computes them;
+//!   `ibv_import_pd`, `ibv_rereg_mr`, `rdma_set_local_ece` as clean errors (EOPNOTSUPP, after
+//!   the libraries' own EINVAL checks); `rdma_get_remote_ece` reads no ECE.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59, and 111 for `rsocket.c`; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59, 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -582,6 +587,24 @@ fn rsockets_two_processes() {
             "client_riowrite",
             "client_half_close_still_receives",
             "client_exit_status",
+        ],
+    );
+}
+
+#[test]
+fn verbs_and_cm_calls_exported_for_completeness() {
+    check(
+        "verbs_misc",
+        120,
+        &[],
+        &[
+            "rate_conversions",
+            "pkey_index",
+            "query_gid_ex_and_table",
+            "fork_unneeded",
+            "copy_ah_attr_from_kern",
+            "unsupported_verbs",
+            "ece",
         ],
     );
 }

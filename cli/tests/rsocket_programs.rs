@@ -63,11 +63,21 @@ fn perf_lines(out: &str) -> Vec<PerfLine> {
 /// with a positive rate.
 fn check_perf(out: &PairOutcome, want: &[(&str, &str, &str, &str)]) {
     out.assert_success();
-    for (side, text) in [("server", &out.server.stdout), ("client", &out.client.stdout)] {
+    for (side, text) in [
+        ("server", &out.server.stdout),
+        ("client", &out.client.stdout),
+    ] {
         let got = perf_lines(text);
         let names: Vec<(&str, &str, &str, &str)> = got
             .iter()
-            .map(|p| (p.name.as_str(), p.bytes.as_str(), p.xfers.as_str(), p.iters.as_str()))
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.bytes.as_str(),
+                    p.xfers.as_str(),
+                    p.iters.as_str(),
+                )
+            })
             .collect();
         out.check(names == want, || {
             format!("the {side}'s result lines are {names:?}, expected {want:?}")
@@ -177,7 +187,8 @@ fn rcopy_copies_a_file() {
     if !tools_available(name, &["rcopy"]) {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rcopy-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rcopy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let (src, dst) = (dir.join("source.bin"), dir.join("copy.bin"));
     let _ = std::fs::remove_file(&dst);
@@ -186,22 +197,39 @@ fn rcopy_copies_a_file() {
     let port = net.port_arg();
     let target = format!("{}:{}", net.server_ip(), dst.display());
     let src_arg = src.display().to_string();
-    let mut spec = pair(name, net, "rcopy", &["-p", &port], &[&src_arg, &target, "-p", &port]);
+    let mut spec = pair(
+        name,
+        net,
+        "rcopy",
+        &["-p", &port],
+        &[&src_arg, &target, "-p", &port],
+    );
     spec.server_stays = true; // rcopy's server serves one client after another
     let out = run_pair(&spec);
-    out.check(out.client.succeeded(), || "the client did not exit 0".into());
+    out.check(out.client.succeeded(), || {
+        "the client did not exit 0".into()
+    });
     out.check(
-        out.client.stdout.contains("opening...transferring...closing...done")
+        out.client
+            .stdout
+            .contains("opening...transferring...closing...done")
             && out.client.stdout.contains("3000000 bytes in"),
         || "the client did not report the transfer".into(),
     );
     out.check(
-        out.server.stdout.contains(&format!("opening: {}, transferring...3000000 bytes...closing...done", dst.display())),
+        out.server.stdout.contains(&format!(
+            "opening: {}, transferring...3000000 bytes...closing...done",
+            dst.display()
+        )),
         || "the server did not report the file".into(),
     );
     let copy = std::fs::read(&dst).unwrap_or_default();
     out.check(copy == data, || {
-        format!("the copy differs: {} bytes, {} expected", copy.len(), data.len())
+        format!(
+            "the copy differs: {} bytes, {} expected",
+            copy.len(),
+            data.len()
+        )
     });
     out.show();
     let _ = std::fs::remove_dir_all(&dir);
@@ -295,14 +323,25 @@ fn sockperf_over_rsockets() {
         net,
         "sockperf",
         &["server", "--tcp", "-i", &server_ip, "-p", &port],
-        &["ping-pong", "--tcp", "-i", &server_ip, "-p", &port, "-t", "1"],
+        &[
+            "ping-pong",
+            "--tcp",
+            "-i",
+            &server_ip,
+            "-p",
+            &port,
+            "-t",
+            "1",
+        ],
     );
     spec.server_stays = true;
     for p in [&mut spec.server, &mut spec.client] {
         p.exec_args.push("--rsockets".into());
     }
     let out = run_pair(&spec);
-    out.check(out.client.succeeded(), || "the client did not exit 0".into());
+    out.check(out.client.succeeded(), || {
+        "the client did not exit 0".into()
+    });
     check_listener_is_rsocket(&out);
     let text = format!("{}{}", out.client.stdout, out.client.stderr);
     let received = text
@@ -311,8 +350,9 @@ fn sockperf_over_rsockets() {
         .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(0);
-    out.check(received > 0 && text.contains("# dropped messages = 0"), || {
-        format!("ReceivedMessages={received}, or messages were dropped")
-    });
+    out.check(
+        received > 0 && text.contains("# dropped messages = 0"),
+        || format!("ReceivedMessages={received}, or messages were dropped"),
+    );
     println!("{name}: {received} round trips");
 }

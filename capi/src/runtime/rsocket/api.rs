@@ -353,7 +353,12 @@ pub fn rgetsockname(r: &Runtime, fd: RawFd) -> Result<SocketAddr, i32> {
 pub fn rsetsockopt(r: &Runtime, fd: RawFd, level: i32, name: i32, val: &[u8]) -> Result<(), i32> {
     let res = r.with(|n, _| layer(n).0.set_option(fd, level, name, val));
     if res == Err(libc::ENOTSUP) {
-        tracing::debug!(fd, level, name, "rsetsockopt: option not supported (ENOTSUP)");
+        tracing::debug!(
+            fd,
+            level,
+            name,
+            "rsetsockopt: option not supported (ENOTSUP)"
+        );
     }
     res
 }
@@ -366,7 +371,12 @@ pub fn rgetsockopt(r: &Runtime, fd: RawFd, level: i32, name: i32) -> Result<Vec<
     let mtu = r.config().mtu.bytes();
     let res = r.with(|n, _| layer(n).0.get_option(fd, level, name, mtu));
     if res == Err(libc::ENOTSUP) {
-        tracing::debug!(fd, level, name, "rgetsockopt: option not supported (ENOTSUP)");
+        tracing::debug!(
+            fd,
+            level,
+            name,
+            "rgetsockopt: option not supported (ENOTSUP)"
+        );
     }
     res
 }
