@@ -108,8 +108,7 @@ pub unsafe extern "C" fn rselect(
             if t.tv_sec < 0 || t.tv_usec < 0 {
                 return fail(libc::EINVAL);
             }
-            let ms =
-                (t.tv_sec as i64).saturating_mul(1000) + (t.tv_usec as u64).div_ceil(1000) as i64;
+            let ms = t.tv_sec.saturating_mul(1000) + (t.tv_usec as u64).div_ceil(1000) as i64;
             i32::try_from(ms).unwrap_or(i32::MAX)
         };
         if let Err(e) = poll_all(&mut fds, ms) {

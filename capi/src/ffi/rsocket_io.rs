@@ -50,7 +50,7 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: size_t) -> &'a mut [u8] {
 /// # Safety
 /// `iov` is NULL or `cnt` readable iovecs, each readable for its length.
 unsafe fn iovecs<'a>(iov: *const iovec, cnt: c_int) -> Result<Vec<&'a [u8]>, i32> {
-    if cnt < 0 || cnt > libc::UIO_MAXIOV {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         return Err(libc::EINVAL);
     }
     if iov.is_null() || cnt == 0 {
@@ -76,7 +76,7 @@ unsafe fn recv_iov(
     cnt: c_int,
     flags: c_int,
 ) -> Result<usize, i32> {
-    if cnt < 0 || cnt > libc::UIO_MAXIOV {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         return Err(libc::EINVAL);
     }
     if iov.is_null() || cnt == 0 {

@@ -19,6 +19,10 @@ use verbs_core::SimTime;
 /// also wait for credits, which a peer that stops reading never returns).
 pub const LINGER_NS: u64 = 10_000_000_000;
 
+/// `ppoll(2)` as `rpoll` is given it: descriptors, a timeout in ms (−1: none) → how many
+/// have events, or the errno.
+pub type Ppoll<'a> = &'a mut dyn FnMut(&mut [libc::pollfd], i32) -> Result<usize, i32>;
+
 /// Which readiness descriptor a blocked call waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dir {
@@ -467,7 +471,7 @@ pub fn rpoll(
     r: &Runtime,
     fds: &mut [libc::pollfd],
     timeout_ms: i32,
-    ppoll: &mut dyn FnMut(&mut [libc::pollfd], i32) -> Result<usize, i32>,
+    ppoll: Ppoll<'_>,
 ) -> Result<usize, i32> {
     let mut deadline: Option<u64> = None;
     loop {

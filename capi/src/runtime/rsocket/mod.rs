@@ -18,8 +18,8 @@
 //! `rpoll` waits for a mix of rsockets and other descriptors with one `ppoll`. A socket the
 //! application has not accepted yet has no number.
 //!
-//! Files: [`wire`] (the protocol), [`conn`] (a connection's resources and data path),
-//! [`options`] (socket options), [`events`] (what the CM and the CQs report), this file (the
+//! Files: [`wire`] (the protocol), `conn` (a connection's resources and data path),
+//! [`options`] (socket options), `events` (what the CM and the CQs report), this file (the
 //! table and the calls on one socket under the node's lock), [`api`] (the blocking calls and
 //! `rpoll`, on the runtime).
 
@@ -718,10 +718,15 @@ impl Rsockets {
         Ok(())
     }
 
-    /// `riomap` (see [`Conn::iomap`]).
+    /// `riomap`: registers the application's buffer `mem` (`len` bytes at `addr`) on the
+    /// connection's PD; `writable` (`PROT_WRITE`) takes a free index of the peer's iomap
+    /// table and queues the announcement in order with the stream. Returns the offset the
+    /// map is named by (`offset`, or `addr` for −1).
     ///
     /// # Errors
-    /// `EBADF`; `EINVAL` without a connection (rsocket.c: no PD yet); [`Conn::iomap`]'s.
+    /// `EBADF`; `EINVAL` without a connection (rsocket.c: no PD yet); `ENOMEM` when the
+    /// peer's table is full (or it keeps none: `RDMA_IOMAPSIZE` 0, rsocket.c's default); the
+    /// device's registration error.
     pub fn iomap(
         &mut self,
         dev: &mut SimDevice,
