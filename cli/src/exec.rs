@@ -118,11 +118,8 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
     let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
     let mut existing = std::env::var_os("LD_PRELOAD").filter(|e| !e.is_empty());
     if opts.rsockets {
-        let rs = crate::rspreload::find_rspreload()?.into_os_string();
-        existing = Some(match existing {
-            Some(e) => [rs, e].join(std::ffi::OsStr::new(":")),
-            None => rs,
-        });
+        let rs = crate::rspreload::find_rspreload()?;
+        existing = Some(crate::rspreload::after_librnic(rs.as_os_str(), existing));
     }
     let mut cmd = Command::new(prog);
     cmd.args(args);

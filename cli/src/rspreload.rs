@@ -6,6 +6,7 @@
 //! which sees librnic's (both orders work for that); with librnic first, every libibverbs
 //! and librdmacm symbol of the program resolves to librnic whatever librspreload pulls in.
 
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 /// The library's file name.
@@ -53,4 +54,29 @@ pub fn find_rspreload() -> Result<PathBuf, String> {
                 .join(", ")
         )
     })
+}
+
+/// The `LD_PRELOAD` entries that follow librnic's: librspreload first, then what the
+/// environment already preloads.
+pub fn after_librnic(rspreload: &OsStr, existing: Option<OsString>) -> OsString {
+    match existing.filter(|e| !e.is_empty()) {
+        Some(e) => [rspreload, e.as_os_str()].join(OsStr::new(":")),
+        None => rspreload.to_os_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rspreload_comes_right_after_librnic_and_before_the_rest() {
+        let rs = OsStr::new("/r/librspreload.so");
+        assert_eq!(after_librnic(rs, None), OsString::from("/r/librspreload.so"));
+        assert_eq!(after_librnic(rs, Some("".into())), OsString::from("/r/librspreload.so"));
+        assert_eq!(
+            after_librnic(rs, Some("/y/other.so".into())),
+            OsString::from("/r/librspreload.so:/y/other.so")
+        );
+    }
 }
