@@ -72,8 +72,14 @@ mod tests {
     #[test]
     fn rspreload_comes_right_after_librnic_and_before_the_rest() {
         let rs = OsStr::new("/r/librspreload.so");
-        assert_eq!(after_librnic(rs, None), OsString::from("/r/librspreload.so"));
-        assert_eq!(after_librnic(rs, Some("".into())), OsString::from("/r/librspreload.so"));
+        assert_eq!(
+            after_librnic(rs, None),
+            OsString::from("/r/librspreload.so")
+        );
+        assert_eq!(
+            after_librnic(rs, Some("".into())),
+            OsString::from("/r/librspreload.so")
+        );
         assert_eq!(
             after_librnic(rs, Some("/y/other.so".into())),
             OsString::from("/r/librspreload.so:/y/other.so")
