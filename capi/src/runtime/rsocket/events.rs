@@ -78,7 +78,7 @@ impl Rsockets {
         c.poll(dev);
         c.push(dev);
         self.stats.bad_messages += c.bad - bad;
-        let (peer, failed) = (c.peer, c.failed);
+        let (peer, failed, drained) = (c.peer, c.failed, c.drained());
         self.dirty.insert(h);
         if peer.gone && matches!(s.phase, Phase::Connected) {
             // rsocket.c RS_CTRL_DISCONNECT: disconnected (the DREQ follows from the peer).
@@ -87,9 +87,10 @@ impl Rsockets {
             s.writable = false;
         } else if peer.eof && s.phase == Phase::Connected {
             // RS_CTRL_SHUTDOWN: end-of-file after the data before it; disconnected when this
-            // side no longer writes either.
+            // side no longer writes either — once what it queued before its own shutdown is
+            // delivered (else the `rshutdown` waiting for that disconnects after it).
             s.readable = false;
-            if !s.writable {
+            if !s.writable && drained {
                 s.phase = Phase::Disconnected;
                 if let Some(id) = s.id {
                     let _ = cm.disconnect(dev, now, id);
