@@ -7,7 +7,8 @@
 //!
 //! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64: the crate
 //! `verbs-abi`, re-exported; its `tests/layout.rs` checks them), `ffi` (the `extern "C"` entry
-//! points: the only module with `unsafe`), `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
+//! points: the only module with `unsafe`), `runtime` (the process's simulated RNIC, its progress thread and object tables, and
+//! its rsocket layer `runtime::rsocket`: safe code),
 //! [`config`] (the environment), [`state_file`] (what `rnic exec` and the program share, to
 //! finish the program's connections when it dies), [`calls`] (the C entry points called from safe Rust, in
 //! process: the fuzz target `capi_calls`; its `unsafe` is in `ffi`).

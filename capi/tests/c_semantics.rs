@@ -72,11 +72,24 @@
 //!   limits (16 inline bytes for one SGE); `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` in
 //!   `rdma_connect`/`rdma_accept` are the device's maxima in the request; a 16-byte inline
 //!   SEND; UC and XRC QPs are EOPNOTSUPP; the disconnect of both sides.
+//! * `rsocket.c` (two processes): rsockets (`<rdma/rsocket.h>`), as rsocket.c behaves: the
+//!   number is an open descriptor, other numbers are EBADF (and `rclose` leaves them open);
+//!   `SOCK_DGRAM` is ENOTSUP; ENOTCONN, EAGAIN (non-blocking recv and accept), EINVAL
+//!   (`SOL_RDMA` after connecting); `rconnect` to no listener is ECONNREFUSED, non-blocking
+//!   EINPROGRESS then POLLOUT|POLLERR and `SO_ERROR`; `MSG_PEEK`, `MSG_WAITALL`; `rpoll` and
+//!   `rselect` over a pipe and an rsocket; `riowrite` lands before the data sent after it;
+//!   `rshutdown(SHUT_WR)` is end-of-file for the peer, which still sends back; the peer's
+//!   `rclose` gives POLLHUP, end-of-file and ECONNRESET.
+//! * `verbs_misc.c`: the calls exported for completeness (docs/capi.md, "Exports"): rate
+//!   conversions, `ibv_get_pkey_index`, `ibv_query_gid_ex`/`ibv_query_gid_table`,
+//!   `ibv_is_fork_initialized`, `ibv_copy_ah_attr_from_kern` as rdma-core computes them;
+//!   `ibv_import_pd`, `ibv_rereg_mr`, `rdma_set_local_ece` as clean errors (EOPNOTSUPP, after
+//!   the libraries' own EINVAL checks); `rdma_get_remote_ece` reads no ECE.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59 and 70..; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59, 70.., 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -580,6 +593,38 @@ fn extended_verbs() {
             "poll_cq_on_cq_ex",
             "provider_probes",
             "teardown",
+fn rsockets_two_processes() {
+    check(
+        "rsocket",
+        111,
+        &[("RNIC_FAST_TIMERS", "1")],
+        &[
+            "server_dgram_enotsup",
+            "server_number_is_an_open_descriptor",
+            "server_not_an_rsocket_ebadf",
+            "server_recv_unconnected_enotconn",
+            "server_rcvbuf_doubled",
+            "server_getsockname_bound",
+            "server_accept_nonblocking_eagain",
+            "server_listener_pollin",
+            "server_accept_peer_addr",
+            "server_rdma_option_after_connect_einval",
+            "server_recv_nonblocking_eagain",
+            "server_peek_then_read",
+            "server_waitall",
+            "server_rpoll_mixed",
+            "server_rselect_mixed",
+            "server_riowrite_before_later_data",
+            "server_riounmap",
+            "server_half_close_eof",
+            "server_peer_close_hup",
+            "server_closed_number_ebadf",
+            "client_connect_refused",
+            "client_connect_nonblocking_refused",
+            "client_connect",
+            "client_riowrite",
+            "client_half_close_still_receives",
+            "client_exit_status",
         ],
     );
 }
@@ -602,6 +647,19 @@ fn librdmacm_details() {
             "inline_send_of_16_bytes",
             "uc_and_xrc_qps_eopnotsupp",
             "teardown",
+fn verbs_and_cm_calls_exported_for_completeness() {
+    check(
+        "verbs_misc",
+        120,
+        &[],
+        &[
+            "rate_conversions",
+            "pkey_index",
+            "query_gid_ex_and_table",
+            "fork_unneeded",
+            "copy_ah_attr_from_kern",
+            "unsupported_verbs",
+            "ece",
         ],
     );
 }

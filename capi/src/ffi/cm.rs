@@ -687,17 +687,3 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
         }
     })
 }
-
-/// `rpoll` of librdmacm's rsocket API: for descriptors that are not rsockets (ours never are)
-/// it is `poll(2)`. rping and ucmatose import it.
-#[no_mangle]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    guard("rpoll", -1, || {
-        // SAFETY: the caller's `poll(2)` arguments, passed through.
-        unsafe { libc::poll(fds, nfds, timeout) }
-    })
-}

@@ -18,7 +18,11 @@
 //! synchronous ids), then the entry points: [`cm`] (`rdma_*`: channels, ids, connection calls),
 //! [`cm_qp`] (QPs on ids), [`cm_srq`] (SRQs on ids), [`cm_event`] (events), [`cm_sync_api`]
 //! (`rdma_get_request`, `rdma_migrate_id`), [`cm_ep`] (`rdma_create_ep`, `rdma_destroy_ep`),
-//! [`addrinfo`] (`rdma_getaddrinfo`); `prototypes` (the exports the hardware backend calls have
+//! [`addrinfo`] (`rdma_getaddrinfo`), [`cm_ece`] (ECE); rsockets: [`rsocket`] (the socket
+//! calls), [`rsocket_io`] (data and iomap calls), [`rpoll`] (`rpoll`, `rselect`), over the safe
+//! `crate::runtime::rsocket`; the rest of libibverbs's public symbols: [`verbs_misc`] (the
+//! calls with an answer here), [`verbs_unsupported`] (clean EOPNOTSUPP errors), [`marshall`]
+//! (`ibv_copy_*_kern`); `prototypes` (the exports the hardware backend calls have
 //! `verbs_abi::functions`' types, checked at compile time); and [`calls`] (the entry points called from safe Rust
 //! in-process: tests, the fuzzer). Dependencies go one way: an entry point file uses the files
 //! below it, never another entry point file's helpers in a circle (`.ci/import-cycles`).
@@ -31,6 +35,7 @@ mod addrinfo;
 mod async_event;
 pub mod calls;
 mod cm;
+mod cm_ece;
 mod cm_ep;
 mod cm_event;
 mod cm_id;
@@ -42,14 +47,20 @@ mod context;
 mod cq;
 mod cq_ex;
 mod inherit;
+mod marshall;
 mod memory;
 mod objects;
 mod prototypes;
 mod qp;
 mod qp_ex;
 mod raw;
+mod rpoll;
+mod rsocket;
+mod rsocket_io;
 mod srq;
 mod verbs;
+mod verbs_misc;
+mod verbs_unsupported;
 
 use crate::runtime::Runtime;
 use std::collections::BTreeSet;

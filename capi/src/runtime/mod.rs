@@ -9,6 +9,7 @@
 //! Safe code only: raw pointers stay in `ffi`.
 
 mod publish;
+pub mod rsocket;
 mod signal;
 
 pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
@@ -76,6 +77,8 @@ pub struct Node {
     remove_at: Option<SimTime>,
     /// Under `rnic exec`: where the connections are published (`publish.rs`).
     publisher: Option<Publisher>,
+    /// The rsocket layer (`<rdma/rsocket.h>`), moved on after every step.
+    rsockets: rsocket::Rsockets,
 }
 
 impl Node {
@@ -97,6 +100,11 @@ impl Node {
     /// The CM, read-only.
     pub fn cm(&self) -> &RdmaCm {
         &self.cm
+    }
+
+    /// The rsocket layer with the CM and the device it runs on.
+    pub fn rsockets(&mut self) -> (&mut rsocket::Rsockets, &mut RdmaCm, &mut SimDevice) {
+        (&mut self.rsockets, &mut self.cm, self.nic.device_mut())
     }
 
     /// Registers a completion channel and returns its number.
@@ -133,6 +141,10 @@ impl Node {
     /// connections that changed (under `rnic exec`): called after each step of the node (driver
     /// input or application call).
     pub fn signal(&mut self, now: SimTime) {
+        if !self.rsockets.unused() {
+            let dev = self.nic.device_mut();
+            self.rsockets.progress(&mut self.cm, dev, now);
+        }
         for cs in self.comp.values_mut() {
             cs.signal.raise_to(cs.channel.len() as u64);
         }
@@ -286,6 +298,18 @@ pub fn runtime_with(config: Config) -> Result<&'static Runtime, &'static str> {
     runtime_or_start(|| Ok(config), None)
 }
 
+thread_local! {
+    /// This thread is starting the runtime ([`starting_here`]).
+    static STARTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside the runtime's start. Its `socket(2)` call may come back into
+/// the library through an interposer (rdma-core's librspreload turns it into `rsocket`), which
+/// must then decline instead of waiting for the start it is part of.
+pub fn starting_here() -> bool {
+    STARTING.with(|s| s.get())
+}
+
 fn runtime_or_start(
     config: impl FnOnce() -> Result<Config, String>,
     take_fd: Option<FdTaker>,
@@ -293,7 +317,9 @@ fn runtime_or_start(
     RUNTIME
         .get_or_init(|| {
             init_logging();
+            STARTING.with(|s| s.set(true));
             let r = config().and_then(|c| Runtime::start(c, take_fd));
+            STARTING.with(|s| s.set(false));
             if let Err(e) = &r {
                 eprintln!("librnic: {e}");
             }
@@ -384,6 +410,7 @@ impl Runtime {
                 .remove_device_ms
                 .map(|ms| SimTime::from_nanos(ms.saturating_mul(1_000_000))),
             publisher,
+            rsockets: rsocket::Rsockets::default(),
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
@@ -471,13 +498,14 @@ impl Runtime {
         let udp = self.handle.stats();
         self.with_quiet(|n, now| {
             format!(
-                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n",
+                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n  rsockets: {:?}\n",
                 self.addr,
                 now.as_nanos() as f64 / 1e9,
                 n.nic.datagram_counters(),
                 n.device().counters(),
                 n.cm.counters(),
                 n.drops,
+                n.rsockets.stats(),
             )
         })
     }

@@ -16,7 +16,7 @@
 
 use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 /// The two ends: the application's (read) and the node's (write). Both close together, when
@@ -42,6 +42,11 @@ impl Ends {
     /// What `fcntl(F_DUPFD_CLOEXEC)` returns (e.g. `EMFILE`).
     pub fn dup_app(&self) -> io::Result<OwnedFd> {
         self.app.try_clone()
+    }
+
+    /// The application's end, to poll for readiness without taking a token (rsockets).
+    pub fn app_fd(&self) -> BorrowedFd<'_> {
+        self.app.as_fd()
     }
 }
 

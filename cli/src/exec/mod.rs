@@ -58,6 +58,10 @@ pub struct ExecOptions {
     /// CM's TimeWait, 512 ms with Linux's timers, 16 ms with --fast-timers).
     #[arg(long, value_name = "MS")]
     pub linger: Option<u64>,
+    /// Also preload rdma-core's librspreload.so (after librnic.so): the program's TCP sockets
+    /// become rsockets on this RNIC (RNIC_RSPRELOAD names the library). docs/capi.md.
+    #[arg(long)]
+    pub rsockets: bool,
     /// The program and its arguments (`--` before them is optional unless the program's name
     /// starts with `-`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
@@ -136,12 +140,14 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         return Err(format!("{}: no such file", lib.display()));
     }
     let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+    let mut existing = std::env::var_os("LD_PRELOAD").filter(|e| !e.is_empty());
+    if opts.rsockets {
+        let rs = crate::rspreload::find_rspreload()?;
+        existing = Some(crate::rspreload::after_librnic(rs.as_os_str(), existing));
+    }
     let mut cmd = Command::new(prog);
     cmd.args(args);
-    cmd.env(
-        "LD_PRELOAD",
-        preload_value(&lib, std::env::var_os("LD_PRELOAD")),
-    );
+    cmd.env("LD_PRELOAD", preload_value(&lib, existing));
     let mut set = |k: &str, v: Option<String>| {
         if let Some(v) = v {
             cmd.env(k, v);
