@@ -593,6 +593,11 @@ fn extended_verbs() {
             "poll_cq_on_cq_ex",
             "provider_probes",
             "teardown",
+        ],
+    );
+}
+
+#[test]
 fn rsockets_two_processes() {
     check(
         "rsocket",
@@ -647,6 +652,11 @@ fn librdmacm_details() {
             "inline_send_of_16_bytes",
             "uc_and_xrc_qps_eopnotsupp",
             "teardown",
+        ],
+    );
+}
+
+#[test]
 fn verbs_and_cm_calls_exported_for_completeness() {
     check(
         "verbs_misc",
