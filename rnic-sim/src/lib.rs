@@ -33,6 +33,7 @@ mod testutil;
 pub mod pump;
 
 pub mod fabric;
+pub mod multicast;
 pub mod nic;
 pub mod peers;
 pub mod rng;
