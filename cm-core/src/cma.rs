@@ -23,8 +23,7 @@ use crate::engine::{
     RepParams, ReqInfo, ReqParams,
 };
 use crate::shared::{
-    CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel, RdmaCmState,
-    UdParam,
+    CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel, RdmaCmState, UdParam,
 };
 use crate::wire::{ip_service_id, parse_ip_service_id, IpCmHeader, RdmaPortSpace, RejectReason};
 use std::collections::{BTreeMap, VecDeque};

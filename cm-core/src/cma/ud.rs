@@ -261,14 +261,6 @@ impl Cma {
             qp_num: info.qpn,
             ..param
         };
-        self.deliver_ud(
-            id,
-            CmEventType::Established,
-            0,
-            None,
-            param,
-            Some(ud),
-            None,
-        );
+        self.deliver_ud(id, CmEventType::Established, 0, None, param, Some(ud), None);
     }
 }

@@ -668,4 +668,6 @@ impl CmEngine {
 }
 
 #[cfg(test)]
+mod sidr_tests;
+#[cfg(test)]
 mod tests;
