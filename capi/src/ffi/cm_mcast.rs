@@ -86,7 +86,9 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
             return fail(libc::EINVAL);
         };
         if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
-            return fail(unsupported("rdma_join_multicast_ex with unknown attributes"));
+            return fail(unsupported(
+                "rdma_join_multicast_ex with unknown attributes",
+            ));
         }
         if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
             || a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0

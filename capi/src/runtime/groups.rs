@@ -104,7 +104,12 @@ impl GroupDirectory for FileGroups {
         match res {
             Ok(()) => {
                 self.joined.insert((mgid, member));
-                tracing::debug!(group = %mgid.to_ip(), entry = %entry.display(), "multicast group joined");
+                // Tests wait for this line (`RUST_LOG=rnic=info`) before starting a sender.
+                tracing::info!(
+                    group = %mgid.to_ip(),
+                    entry = %entry.display(),
+                    "multicast group joined"
+                );
             }
             Err(e) => tracing::warn!(
                 group = %mgid.to_ip(),
@@ -186,7 +191,10 @@ mod tests {
         one.members(g, &mut out);
         assert_eq!(out, vec![a]);
         drop(one);
-        assert!(!dir.join(hex(g)).exists(), "the last member took the group with it");
+        assert!(
+            !dir.join(hex(g)).exists(),
+            "the last member took the group with it"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -102,7 +102,8 @@ pub fn ah_from_wc(
     match grh_version(grh).ok_or(libc::EPROTONOSUPPORT)? {
         4 => {
             let ip4 = &grh[20..];
-            let addr = |at: usize| std::net::Ipv4Addr::new(ip4[at], ip4[at + 1], ip4[at + 2], ip4[at + 3]);
+            let addr =
+                |at: usize| std::net::Ipv4Addr::new(ip4[at], ip4[at + 1], ip4[at + 2], ip4[at + 3]);
             let (saddr, daddr) = (addr(12), addr(16));
             if daddr.is_multicast() {
                 return Err(libc::EINVAL);
@@ -175,7 +176,10 @@ mod tests {
         let ah = ah_from_wc(&GRH, &g, 1, &table()).unwrap();
         assert!(ah.is_global);
         assert_eq!(ah.grh.dgid, Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)));
-        assert_eq!((ah.grh.sgid_index, ah.grh.hop_limit, ah.grh.traffic_class), (0, 63, 0x20));
+        assert_eq!(
+            (ah.grh.sgid_index, ah.grh.hop_limit, ah.grh.traffic_class),
+            (0, 63, 0x20)
+        );
         assert_eq!(ah.port_num, 1);
     }
 
@@ -195,7 +199,10 @@ mod tests {
         g[6] = 0x1B; // next header IB: RoCE v1, which the table does not hold
         assert_eq!(ah_from_wc(&GRH, &g, 1, &table()), Err(libc::EINVAL));
         let junk = [0u8; 40];
-        assert_eq!(ah_from_wc(&GRH, &junk, 1, &table()), Err(libc::EPROTONOSUPPORT));
+        assert_eq!(
+            ah_from_wc(&GRH, &junk, 1, &table()),
+            Err(libc::EPROTONOSUPPORT)
+        );
     }
 
     #[test]
