@@ -53,11 +53,22 @@
 //!   `rdma_disconnect` returns with DISCONNECTED; `rdma_get_request` on a listener with a
 //!   channel is EINVAL; `rdma_migrate_id` to a channel drops `id->event`, to NULL gives a new
 //!   private channel, and to NULL again is EINVAL.
+//! * `ud_multicast.c`: UD ids, SIDR and multicast in one process — a UD id's QP is in RTS with
+//!   `RDMA_UDP_QKEY`; `rdma_connect` is SIDR: CONNECT_REQUEST with 180 bytes of private data in
+//!   `param.ud`, `rdma_accept` returns at once, ESTABLISHED carries the passive QPN, the Q_Key
+//!   and an address vector; a datagram through it arrives with a GRH and
+//!   `ibv_create_ah_from_wc` answers it; `rdma_reject` is UNREACHABLE status 2;
+//!   `rdma_join_multicast` on an unbound id is EINVAL, `rdma_join_multicast_ex` checks its
+//!   attributes (EINVAL, ENOTSUP); MULTICAST_JOIN has QPN 0xFFFFFF, the Q_Key, the group's GID
+//!   and the join's context; a send to the group comes back to the attached sending QP, and
+//!   `ibv_create_ah_from_wc` refuses it (EINVAL); `ibv_attach_mcast` refuses a unicast GID and
+//!   an RC QP, `ibv_detach_mcast` a group not attached; a second `rdma_leave_multicast` is
+//!   EADDRNOTAVAIL.
 //!
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59, and 92; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -536,6 +547,27 @@ fn cm_id_srq_and_notify() {
             "notify_other_event_einval",
             "destroy_srq_clears_id_srq",
             "destroy_ep_destroys_srq",
+            "teardown",
+        ],
+    );
+}
+
+#[test]
+fn ud_sidr_and_multicast() {
+    check(
+        "ud_multicast",
+        92,
+        &[],
+        &[
+            "ud_qp_in_rts_with_rdma_udp_qkey",
+            "sidr_connect_request_and_established_with_ud_params",
+            "datagram_and_reply_through_ah_from_wc",
+            "reject_is_unreachable_status_2",
+            "join_checks",
+            "multicast_join_event",
+            "group_send_loops_back_to_the_attached_sender",
+            "attach_detach_checks",
+            "leave",
             "teardown",
         ],
     );
