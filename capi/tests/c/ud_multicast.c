@@ -145,6 +145,17 @@ int main(void)
 	REQUIRE(ibv_query_qp(active->qp, &qa, IBV_QP_QKEY | IBV_QP_STATE, &qia) == 0, "query_qp");
 	REQUIRE(qa.qp_state == IBV_QPS_RTS && qa.qkey == RDMA_UDP_QKEY, "state %d qkey %#x",
 		qa.qp_state, qa.qkey);
+	{
+		/* What ucma_init_ud_qp asks the kernel for (cma_ib_init_qp_attr). */
+		int mask = 0;
+		memset(&qa, 0, sizeof(qa));
+		qa.qp_state = IBV_QPS_INIT;
+		REQUIRE(rdma_init_qp_attr(active, &qa, &mask) == 0, "rdma_init_qp_attr");
+		REQUIRE(mask == (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+			"mask %#x", mask);
+		REQUIRE(qa.qkey == RDMA_UDP_QKEY && qa.port_num == 1, "qkey %#x port %d", qa.qkey,
+			qa.port_num);
+	}
 	ok();
 
 	begin("sidr_connect_request_and_established_with_ud_params");

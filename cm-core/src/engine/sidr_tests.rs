@@ -297,3 +297,37 @@ fn send_sidr_rep_checks_state_and_lengths() {
         "a listener"
     );
 }
+
+/// A dying program's SIDR_REQ_RCVD id, handed to another engine (`rnic exec`'s supervisor),
+/// is answered with status 2 when destroyed, as `cm_destroy_id` answers it; an active
+/// SIDR_REQ_SENT id needs no teardown (nothing is sent for it).
+#[test]
+fn an_adopted_pending_sidr_request_is_rejected_on_destroy() {
+    let (mut a, mut b) = pair();
+    let l = b.create_id();
+    b.listen(l, SERVICE, 4).unwrap();
+    let now = SimTime::ZERO;
+    let ia = a.create_id();
+    a.send_sidr_req(now, ia, &req(b"")).unwrap();
+    assert!(!a.snapshot(ia).unwrap().needs_teardown());
+    pump(now, &mut a, gid(1), &mut b);
+    let ib = b.poll_event().unwrap().id;
+    let s = b.snapshot(ib).unwrap();
+    assert!(s.needs_teardown());
+    let mut heir = CmEngine::new(CmConfig::default());
+    let id = heir.adopt(&ConnSnapshot::decode(&s.encode()).unwrap()).unwrap();
+    heir.destroy_id(now, id);
+    let (dst, mad) = heir.poll_transmit().unwrap();
+    assert_eq!(dst, gid(1));
+    let (hdr, m) = wire::decode(&mad).unwrap();
+    let CmMessage::SidrRep(r) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!((r.status, r.request_id), (2, a.local_comm_id(ia).unwrap()));
+    assert_eq!(hdr.transaction_id, s.tid);
+    a.handle_datagram(now, gid(2), &mad);
+    assert!(matches!(
+        a.poll_event().map(|e| e.kind),
+        Some(IbCmEventKind::SidrRepReceived(SidrRepInfo { status: 2, .. }))
+    ));
+}

@@ -60,6 +60,16 @@ impl RdmaCm {
         dev.modify_qp(qp.handle, &rts, M::STATE | M::SQ_PSN)
     }
 
+    /// `rdma_init_qp_attr` of a UD id (kernel `cma_ib_init_qp_attr`): the Q_Key its QP takes
+    /// (the id's, [`RDMA_UDP_QKEY`](crate::api::RDMA_UDP_QKEY) unless it has another), with
+    /// P_Key index 0 and port 1 — whatever state is asked for.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unknown or non-UD id; `ENXIO` once its device was removed.
+    pub fn ud_qkey(&mut self, id: CmIdHandle) -> Result<u32, Error> {
+        self.cma.ud_qkey(id)
+    }
+
     /// `rdma_join_multicast` / `rdma_join_multicast_ex`: the kernel joins `id` to the group of
     /// `addr` and queues MULTICAST_JOIN ([`Cma::join_multicast`]); when it is fetched, the id's
     /// QP (if it has one by then, and unless `send_only`) is attached to the group.
