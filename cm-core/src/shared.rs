@@ -208,7 +208,8 @@ pub struct CmEvent {
     pub param: ConnEventParam,
     /// The UD parameters (`param.ud`) of an event of a UD (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`) id
     /// that has them: ESTABLISHED after SIDR, MULTICAST_JOIN; `None` otherwise (zeros in C).
-    pub ud: Option<UdParam>,
+    /// (Boxed: most events have none, and an event is moved around by value.)
+    pub ud: Option<Box<UdParam>>,
     /// For MULTICAST_JOIN and MULTICAST_ERROR: the address given to `rdma_join_multicast`
     /// (librdmacm finds its join, and the join's `context`, from it).
     pub multicast: Option<SocketAddr>,

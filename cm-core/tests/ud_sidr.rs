@@ -3,6 +3,8 @@
 //! the UD QP of `rdma_create_qp` (librdmacm `ucma_init_ud_qp`), and multicast joins
 //! (`rdma_join_multicast`, `ucma_process_join`), two `RdmaCm`s over the harness.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
 mod harness;
 
 use cm_core::api::{CmEventType as E, RdmaCmState, MULTICAST_QPN, RDMA_UDP_QKEY};
@@ -100,7 +102,7 @@ fn connect_is_sidr_and_established_carries_qpn_qkey_and_address_vector() {
         RDMA_UDP_SIDR_REQ_USER_PRIVATE_DATA_MAX
     );
     assert_eq!(&req.param.private_data[..5], b"hello");
-    assert_eq!(req.ud.map(|u| u.qp_num), Some(0));
+    assert_eq!(req.ud.as_ref().map(|u| u.qp_num), Some(0));
     let child = req.id;
     let now = w.now;
     let h = &mut w.hosts[1];
@@ -116,7 +118,7 @@ fn connect_is_sidr_and_established_carries_qpn_qkey_and_address_vector() {
     w.run();
     let est = &w.events_of(0, E::Established)[0].1;
     assert_eq!(est.status, 0);
-    let ud = est.ud.unwrap();
+    let ud = *est.ud.clone().unwrap();
     assert_eq!((ud.qp_num, ud.qkey), (child_qpn, RDMA_UDP_QKEY));
     assert_eq!(ud.ah_attr.grh.dgid, Gid::from_ipv4(ip(1)));
     assert!(ud.ah_attr.is_global);
@@ -275,7 +277,7 @@ fn join_reports_the_group_and_attaches_the_qp_leave_detaches() {
     let ev = &w.events_of(0, E::MulticastJoin)[0].1;
     assert_eq!(ev.status, 0);
     assert_eq!(ev.multicast, Some(group()));
-    let ud = ev.ud.unwrap();
+    let ud = *ev.ud.clone().unwrap();
     let mgid = Gid::from_ipv4(Ipv4Addr::new(239, 1, 2, 3));
     assert_eq!((ud.qp_num, ud.qkey), (MULTICAST_QPN, RDMA_UDP_QKEY));
     assert_eq!(ud.ah_attr.grh.dgid, mgid);

@@ -12,6 +12,7 @@
 mod copy;
 mod cq;
 mod device;
+mod fanout;
 mod gather;
 mod gsi;
 mod ids;

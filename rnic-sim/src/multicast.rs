@@ -15,15 +15,13 @@
 //!
 //! [`SharedGroups`] is the in-memory directory of one process (the deterministic fabric, the
 //! tests); a real-time driver with RNICs in several processes provides its own (librnic keeps
-//! one in a directory of files, `docs/capi.md`).
+//! one in a directory of files, `docs/capi.md`). The NIC's side (the copies, the group of a
+//! datagram received) is in `fanout.rs`.
 
-use crate::device::SimDevice;
-use crate::roce::{decode_bytes, Flow, Packet, ROCE_V2_UDP_DPORT};
-use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use verbs_core::{Errno, Error, Gid, Result, QPN_MASK};
+use verbs_core::{Errno, Error, Gid, Result};
 
 /// The destination QPN of a multicast datagram (IBTA vol. 1 §10.5.2.1: 0xFFFFFF).
 pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
@@ -34,6 +32,11 @@ pub const MAX_MCAST_GROUPS: usize = 8192;
 pub const MAX_MCAST_QP_ATTACH: usize = 56;
 /// Attachments of all groups of a device together (rxe `RXE_MAX_TOT_MCAST_QP_ATTACH`).
 pub const MAX_TOTAL_MCAST_QP_ATTACH: usize = 0x70000;
+
+/// At most this many members of a group get a copy of one multicast datagram (the rest are
+/// counted, [`NicCounters::tx_multicast_members_cut`](crate::nic::NicCounters)): a directory
+/// full of stale or forged entries cannot make one send unbounded.
+pub const MAX_GROUP_MEMBERS: usize = 1024;
 
 /// Whether `gid` is a multicast GID (Linux `rdma_is_multicast_addr`): an IPv6 multicast
 /// address (`ff00::/8`), or an IPv4-mapped class D address (224.0.0.0/4).
@@ -195,95 +198,6 @@ impl McastTable {
     /// The changes of membership since the last call.
     pub(crate) fn take_changes(&mut self) -> Vec<(Gid, bool)> {
         std::mem::take(&mut self.changes).into_iter().collect()
-    }
-}
-
-/// At most this many members of a group get a copy of one multicast datagram (the rest are
-/// counted, [`NicMulticast::members_cut`]): a directory full of stale or forged entries cannot
-/// make one send unbounded.
-pub const MAX_GROUP_MEMBERS: usize = 1024;
-
-/// A [`SimNic`](crate::nic::SimNic)'s multicast: its group directory, and the copies of the
-/// multicast datagram being sent that are still to go.
-#[derive(Debug, Default)]
-pub(crate) struct NicMulticast {
-    dir: Option<Box<dyn GroupDirectory>>,
-    /// Copies not sent yet: (member socket, datagram).
-    out: VecDeque<(SocketAddr, Bytes)>,
-    members: Vec<SocketAddr>,
-    /// Copies of multicast datagrams handed to the wire.
-    pub(crate) copies: u64,
-    /// Multicast datagrams that went to no other RNIC (no directory, or no other member).
-    pub(crate) no_members: u64,
-    /// Members left out of a fan-out past [`MAX_GROUP_MEMBERS`].
-    pub(crate) members_cut: u64,
-}
-
-impl NicMulticast {
-    /// Uses `dir` as the fabric's group directory from now on (joining it to the groups the
-    /// device is in already is the caller's next [`sync`](Self::sync)).
-    pub(crate) fn set_directory(&mut self, dir: Box<dyn GroupDirectory>) {
-        self.dir = Some(dir);
-    }
-
-    /// Tells the directory which groups the device joined or left since the last call.
-    pub(crate) fn sync(&mut self, dev: &mut SimDevice, me: SocketAddr) {
-        for (mgid, joined) in dev.take_multicast_changes() {
-            if let Some(d) = self.dir.as_mut() {
-                if joined {
-                    d.join(mgid, me);
-                } else {
-                    d.leave(mgid, me);
-                }
-            }
-        }
-    }
-
-    /// Queues one copy of `bytes` (a datagram to group `mgid`) for each other member.
-    pub(crate) fn fan_out(&mut self, mgid: Gid, me: SocketAddr, bytes: &Bytes) {
-        let Some(d) = self.dir.as_mut() else {
-            self.no_members += 1;
-            return;
-        };
-        d.members(mgid, &mut self.members);
-        let mut sent = 0;
-        for &m in &self.members {
-            if m == me {
-                continue;
-            }
-            if sent == MAX_GROUP_MEMBERS {
-                self.members_cut += 1;
-                continue;
-            }
-            self.out.push_back((m, bytes.clone()));
-            sent += 1;
-        }
-        self.copies += sent as u64;
-        if sent == 0 {
-            self.no_members += 1;
-        }
-    }
-
-    /// The next copy to send.
-    pub(crate) fn pop(&mut self) -> Option<(SocketAddr, Bytes)> {
-        self.out.pop_front()
-    }
-
-    /// A received datagram from `src` that is not for this RNIC's own address (its ICRC does
-    /// not verify for it, or it names QPN 0xFFFFFF): the group among those the device is in
-    /// whose address its ICRC was computed over, and the packet decoded on that flow.
-    pub(crate) fn match_group(
-        dev: &SimDevice,
-        bytes: &Bytes,
-        src: SocketAddr,
-    ) -> Option<(Gid, Packet)> {
-        dev.multicast_groups().into_iter().find_map(|mgid| {
-            let group = SocketAddr::new(mgid.to_ip(), ROCE_V2_UDP_DPORT);
-            decode_bytes(bytes, &Flow::new(src, group), true)
-                .ok()
-                .filter(|p| p.bth.dest_qp & QPN_MASK == MULTICAST_QPN)
-                .map(|p| (mgid, p))
-        })
     }
 }
 

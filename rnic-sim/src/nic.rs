@@ -8,7 +8,8 @@
 
 use crate::device::SimDevice;
 use crate::fabric::Endpoint;
-use crate::multicast::{is_multicast_gid, GroupDirectory, NicMulticast, MULTICAST_QPN};
+use crate::fanout::NicMulticast;
+use crate::multicast::{is_multicast_gid, GroupDirectory, MULTICAST_QPN};
 use crate::peers::PeerTable;
 use crate::roce::codec::encode_from;
 use crate::roce::{decode_bytes, encode, CodecError, Flow, ROCE_V2_UDP_DPORT};

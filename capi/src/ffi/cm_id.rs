@@ -172,7 +172,7 @@ pub(super) fn make_event(
 /// the address vector, the QPN and the Q_Key; a multicast event's private data is the join's
 /// `context` (`evt->event.param.ud.private_data = evt->mc->context`), with length 0.
 fn ud_event(b: &IdBox, ev: CmEvent, listen: *mut IdBox) -> *mut EventBox {
-    let ud = ev.ud.unwrap_or_default();
+    let ud = ev.ud.as_deref().copied().unwrap_or_default();
     let context = ev
         .multicast
         .and_then(|a| b.mc_contexts.iter().find(|(m, _)| *m == a))

@@ -190,6 +190,7 @@ impl Cma {
         ud: Option<UdParam>,
         multicast: Option<SocketAddr>,
     ) {
+        let ud = ud.map(Box::new);
         use CmEventType as E;
         if !self.gate(id, event) {
             tracing::debug!(

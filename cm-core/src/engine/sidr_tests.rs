@@ -315,7 +315,9 @@ fn an_adopted_pending_sidr_request_is_rejected_on_destroy() {
     let s = b.snapshot(ib).unwrap();
     assert!(s.needs_teardown());
     let mut heir = CmEngine::new(CmConfig::default());
-    let id = heir.adopt(&ConnSnapshot::decode(&s.encode()).unwrap()).unwrap();
+    let id = heir
+        .adopt(&ConnSnapshot::decode(&s.encode()).unwrap())
+        .unwrap();
     heir.destroy_id(now, id);
     let (dst, mad) = heir.poll_transmit().unwrap();
     assert_eq!(dst, gid(1));
@@ -328,6 +330,9 @@ fn an_adopted_pending_sidr_request_is_rejected_on_destroy() {
     a.handle_datagram(now, gid(2), &mad);
     assert!(matches!(
         a.poll_event().map(|e| e.kind),
-        Some(IbCmEventKind::SidrRepReceived(SidrRepInfo { status: 2, .. }))
+        Some(IbCmEventKind::SidrRepReceived(SidrRepInfo {
+            status: 2,
+            ..
+        }))
     ));
 }

@@ -141,7 +141,7 @@ impl RdmaCm {
     /// LID, and the id's QP is attached to it unless the join is send-only; if the attach
     /// fails, the event becomes MULTICAST_ERROR with status −1 (librdmacm's `rdma_seterrno`).
     pub(super) fn process_join(&mut self, dev: &mut dyn CmDevice, ev: &mut CmEvent) {
-        let Some(ud) = ev.ud else {
+        let Some(ud) = ev.ud.as_deref().copied() else {
             return;
         };
         let group = (ud.ah_attr.grh.dgid, ud.ah_attr.dlid);
