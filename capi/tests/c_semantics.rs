@@ -72,6 +72,17 @@
 //!   limits (16 inline bytes for one SGE); `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` in
 //!   `rdma_connect`/`rdma_accept` are the device's maxima in the request; a 16-byte inline
 //!   SEND; UC and XRC QPs are EOPNOTSUPP; the disconnect of both sides.
+//! * `ud_multicast.c`: UD ids, SIDR and multicast in one process — a UD id's QP is in RTS with
+//!   `RDMA_UDP_QKEY`; `rdma_connect` is SIDR: CONNECT_REQUEST with 180 bytes of private data in
+//!   `param.ud`, `rdma_accept` returns at once, ESTABLISHED carries the passive QPN, the Q_Key
+//!   and an address vector; a datagram through it arrives with a GRH and
+//!   `ibv_create_ah_from_wc` answers it; `rdma_reject` is UNREACHABLE status 2;
+//!   `rdma_join_multicast` on an unbound id is EINVAL, `rdma_join_multicast_ex` checks its
+//!   attributes (EINVAL, ENOTSUP); MULTICAST_JOIN has QPN 0xFFFFFF, the Q_Key, the group's GID
+//!   and the join's context; a send to the group comes back to the attached sending QP, and
+//!   `ibv_create_ah_from_wc` refuses it (EINVAL); `ibv_attach_mcast` refuses a unicast GID and
+//!   an RC QP, `ibv_detach_mcast` a group not attached; a second `rdma_leave_multicast` is
+//!   EADDRNOTAVAIL.
 //! * `rsocket.c` (two processes): rsockets (`<rdma/rsocket.h>`), as rsocket.c behaves: the
 //!   number is an open descriptor, other numbers are EBADF (and `rclose` leaves them open);
 //!   `SOCK_DGRAM` is ENOTSUP; ENOTCONN, EAGAIN (non-blocking recv and accept), EINVAL
@@ -89,7 +100,7 @@
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59, 70.., 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 40..59, 70.., 92 for `ud_multicast.c`, 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -670,6 +681,27 @@ fn verbs_and_cm_calls_exported_for_completeness() {
             "copy_ah_attr_from_kern",
             "unsupported_verbs",
             "ece",
+        ],
+    );
+}
+
+#[test]
+fn ud_sidr_and_multicast() {
+    check(
+        "ud_multicast",
+        92,
+        &[],
+        &[
+            "ud_qp_in_rts_with_rdma_udp_qkey",
+            "sidr_connect_request_and_established_with_ud_params",
+            "datagram_and_reply_through_ah_from_wc",
+            "reject_is_unreachable_status_2",
+            "join_checks",
+            "multicast_join_event",
+            "group_send_loops_back_to_the_attached_sender",
+            "attach_detach_checks",
+            "leave",
+            "teardown",
         ],
     );
 }

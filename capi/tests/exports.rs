@@ -4,8 +4,7 @@
 //! `librdmacm.so.1` and `libibverbs.so.1` (Debian 12: rdma-core 44) and prints what is
 //! missing:
 //!
-//! * every symbol of a public version (`RDMACM_1.*`, `IBVERBS_1.*`) must be exported, except
-//!   the few [`PENDING`] ones another part of issue 24 implements;
+//! * every symbol of a public version (`RDMACM_1.*`, `IBVERBS_1.*`) must be exported;
 //! * the providers' interface (version `IBVERBS_PRIVATE_*`: `ibv_cmd_*`, `verbs_*`,
 //!   `execute_ioctl`, …) must NOT be exported, but for [`PRIVATE_EXPORTED`]: a provider
 //!   library a program loads (libefa through libfabric, libmlx5 through UCX) binds its calls
@@ -18,18 +17,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// Public symbols left to other parts of issue 24 (UD, SIDR and multicast on rdma_cm), with
-/// who provides them; printed, not failed, while missing.
-const PENDING: [(&str, &str); 4] = [
-    ("rdma_join_multicast", "issue 24 deliverable 4 (multicast)"),
-    (
-        "rdma_join_multicast_ex",
-        "issue 24 deliverable 4 (multicast)",
-    ),
-    ("rdma_leave_multicast", "issue 24 deliverable 4 (multicast)"),
-    ("ibv_init_ah_from_wc", "issue 24 deliverable 4 (UD)"),
-];
 
 /// Symbols of `IBVERBS_PRIVATE_*` librnic does export: `ibv_devinfo -v` calls it, and it
 /// takes the application's context, not a provider's.
@@ -142,7 +129,7 @@ fn librnic_exports_the_public_rdma_core_symbols() {
     for (name, path) in &libs {
         let Some(path) = path else { continue };
         let theirs = symbols(path).unwrap_or_else(|e| panic!("{e}"));
-        let (mut public, mut private, mut pending) = (0, 0, Vec::new());
+        let (mut public, mut private) = (0, 0);
         for (sym, ver) in &theirs {
             let exported = ours.contains_key(sym);
             if ver.contains("PRIVATE") {
@@ -156,26 +143,15 @@ fn librnic_exports_the_public_rdma_core_symbols() {
             if exported {
                 continue;
             }
-            match PENDING.iter().find(|(p, _)| p == sym) {
-                Some((_, who)) => pending.push(format!("{sym} ({who})")),
-                None => missing.push(format!("{sym}@{ver} ({name})")),
-            }
+            missing.push(format!("{sym}@{ver} ({name})"));
         }
         println!(
             "{name}: {public} public symbols, {} exported by librnic.so; {private} provider-private, \
              {} of them exported ({})",
-            public - pending.len() - missing.iter().filter(|m| m.ends_with(&format!("({name})"))).count(),
+            public - missing.iter().filter(|m| m.ends_with(&format!("({name})"))).count(),
             PRIVATE_EXPORTED.iter().filter(|p| theirs.contains_key(**p)).count(),
             PRIVATE_EXPORTED.join(", ")
         );
-        if !pending.is_empty() {
-            println!("  not exported yet, left to: {}", pending.join(", "));
-        }
-    }
-    for (p, who) in PENDING {
-        if ours.contains_key(p) {
-            println!("note: {p} is exported now ({who}): remove it from PENDING");
-        }
     }
     assert!(
         missing.is_empty(),

@@ -12,7 +12,9 @@
 //! * `rdma_server`/`rdma_client`: synchronous ids (`rdma_create_ep`, `rdma_get_request`), one
 //!   message each way, disconnect;
 //! * `qperf` `rc_bw` and `rc_lat` over the RDMA CM (`-cm1`);
-//! * `udaddy` (UD through rdma_cm), ignored for now;
+//! * `udaddy`: UD QPs through rdma_cm (SIDR), 10 datagrams each way;
+//! * `mckey`: a multicast sender and a receiver (`rdma_join_multicast`), 10 datagrams to the
+//!   group;
 //! * `rping` whose server's RNIC is removed while it pings (`rnic exec --remove-device-after`):
 //!   the server reports the device removal and fails; the client, whose peer falls silent,
 //!   waits as it would on Linux and is killed.
@@ -41,7 +43,7 @@ mod common_programs;
 use common_programs::{
     lines_starting_with, program_timeout, run_pair, run_perftest, tools_available, Net,
     PairOutcome, PairSpec, Perftest, Program, QperfResult, Ready, Running, LISTEN_LOG,
-    LISTEN_MARKER, POLL,
+    LISTEN_MARKER, MULTICAST_MARKER, POLL,
 };
 use std::time::Instant;
 
@@ -350,7 +352,7 @@ fn ucmatose() {
     out.show();
 }
 
-/// The lines both sides of cmatose.c and udaddy.c print after a clean run.
+/// The lines both sides of cmatose.c, udaddy.c and mckey.c print after a clean run.
 fn assert_cmatose_lines(out: &PairOutcome) {
     for (side, stdout) in [
         ("server", &out.server.stdout),
@@ -369,16 +371,17 @@ fn assert_cmatose_lines(out: &PairOutcome) {
 }
 
 /// udaddy (udaddy.c): UD QPs through rdma_cm (RDMA_PS_UDP), the server's `-b` address and the
-/// fixed port 7174 (its `-p` is the port *space*, not a port). Same result lines as ucmatose.
+/// fixed port 7174 (its `-p` is the port *space*, not a port). The client's `rdma_connect` is a
+/// SIDR_REQ, its ESTABLISHED carries the server's QPN and Q_Key; it sends 10 datagrams (SEND
+/// with its QPN as immediate data), the server answers each through an AH made from the
+/// received GRH (`ibv_create_ah_from_wc`). Same result lines as ucmatose.
 #[test]
-#[ignore = "UD not in reach yet"]
 fn udaddy() {
-    // UD not in reach yet: librnic.so's UD QPs and rdma_cm's SIDR are not done.
     let name = "udaddy";
     if !tools_available(name, &["udaddy"]) {
         return;
     }
-    let net = Net::new(34);
+    let net = Net::new(90);
     let (server_ip, client_ip) = (net.server_ip(), net.client_ip());
     let spec = PairSpec {
         name: name.into(),
@@ -390,6 +393,59 @@ fn udaddy() {
     let out = run_pair(&spec);
     out.assert_success();
     assert_cmatose_lines(&out);
+    out.show();
+}
+
+/// mckey (mckey.c): the receiver and the sender each resolve the group's address (an
+/// IPv4 multicast address), make a UD QP, join the group (`rdma_join_multicast_ex`: the QP is
+/// attached when MULTICAST_JOIN is read) and print the group's GID; the sender sends 10
+/// datagrams to it (QPN 0xFFFFFF), which reach the receiver's RNIC through the group directory
+/// (docs/capi.md, "Multicast") and its attached QP; the receiver polls until it has all 10.
+/// Both leave the group and print `data transfers complete`, `test complete`,
+/// `return status 0`.
+#[test]
+fn mckey() {
+    let name = "mckey";
+    if !tools_available(name, &["mckey"]) {
+        return;
+    }
+    let net = Net::new(91);
+    let (receiver_ip, sender_ip) = (net.server_ip(), net.client_ip());
+    // A group of this test's own (tests run at once on one machine share the directory).
+    let group = format!("239.0.{}.1", net.n);
+    let spec = PairSpec {
+        name: name.into(),
+        server: Program::new(&receiver_ip, &["mckey", "-m", &group, "-b", &receiver_ip]),
+        client: Program::new(&sender_ip, &["mckey", "-m", &group, "-s", "-b", &sender_ip]),
+        ready: Ready::Stderr(MULTICAST_MARKER),
+        server_stays: false,
+    };
+    let out = run_pair(&spec);
+    out.assert_success();
+    assert_cmatose_lines(&out);
+    for (side, stdout) in [
+        ("receiver", &out.server.stdout),
+        ("sender", &out.client.stdout),
+    ] {
+        let joined = format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+        out.check(stdout.lines().any(|l| l.trim() == joined), || {
+            format!("the {side} did not print `{joined}`")
+        });
+    }
+    out.check(
+        out.server
+            .stdout
+            .lines()
+            .any(|l| l.trim() == "receiving data transfers"),
+        || "the receiver did not print `receiving data transfers`".into(),
+    );
+    out.check(
+        out.client
+            .stdout
+            .lines()
+            .any(|l| l.trim() == "initiating data transfers"),
+        || "the sender did not print `initiating data transfers`".into(),
+    );
     out.show();
 }
 

@@ -22,5 +22,5 @@
 pub use crate::librdmacm::RdmaCm;
 pub use crate::shared::{
     CmDevice, CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel,
-    RdmaCmState,
+    RdmaCmState, UdParam, MULTICAST_QPN, RDMA_UDP_QKEY,
 };

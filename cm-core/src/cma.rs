@@ -23,7 +23,7 @@ use crate::engine::{
     RepParams, ReqInfo, ReqParams,
 };
 use crate::shared::{
-    CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel, RdmaCmState,
+    CmEvent, CmEventType, CmIdHandle, ConnEventParam, ConnParam, EventChannel, RdmaCmState, UdParam,
 };
 use crate::wire::{ip_service_id, parse_ip_service_id, IpCmHeader, RdmaPortSpace, RejectReason};
 use std::collections::{BTreeMap, VecDeque};
@@ -32,7 +32,11 @@ use verbs_core::{Errno, Error, Gid, GsiEndpoint, SimTime};
 
 mod events;
 mod migrate;
+mod multicast;
 mod removal;
+mod ud;
+
+pub use multicast::{multicast_gid, MAX_JOINS_PER_ID};
 
 /// What the kernel keeps of one rdma_cm id (`struct rdma_id_private`, the parts modelled).
 #[derive(Debug, Clone)]
@@ -55,6 +59,11 @@ struct KernelId {
     /// The device went away under the id (DEVICE_REMOVAL): ucma closed it (`ucma_close_id`),
     /// every call but destroy returns `ENXIO`.
     removed: bool,
+    /// `id_priv->qkey`: 0 until the id's UD QP, a SIDR_REP or a multicast join gives it one
+    /// (`cma_set_qkey`, cma/ud.rs).
+    qkey: u32,
+    /// Multicast groups joined (`id_priv->mc_list`, cma/multicast.rs).
+    joins: Vec<multicast::Join>,
 }
 
 impl KernelId {
@@ -70,6 +79,8 @@ impl KernelId {
             listen_id: None,
             uid_set: true,
             removed: false,
+            qkey: 0,
+            joins: Vec::new(),
         }
     }
 }
@@ -343,10 +354,11 @@ impl Cma {
 
     /// `rdma_connect` (ucma CONNECT, cma `cma_connect_ib`): ROUTE_RESOLVED → CONNECT; sends a
     /// REQ with the IP service ID and the IP-CM header (cm-spec §2.10, §4.3) advertising
-    /// `qp_num` (the QP is librdmacm's; the kernel only names it).
+    /// `qp_num` (the QP is librdmacm's; the kernel only names it). A UD id sends a SIDR_REQ
+    /// instead (`cma_resolve_ib_udp`, cma/ud.rs).
     ///
     /// # Errors
-    /// `EINVAL` unless ROUTE_RESOLVED, or for private data over 56 bytes.
+    /// `EINVAL` unless ROUTE_RESOLVED, or for private data over 56 bytes (UD: 180).
     pub fn connect(
         &mut self,
         gsi: &mut dyn GsiEndpoint,
@@ -355,6 +367,9 @@ impl Cma {
         param: &ConnParam,
         qp_num: u32,
     ) -> Result<(), Error> {
+        if self.rec(id)?.is_ud() {
+            return self.connect_ud(gsi, now, id, param);
+        }
         let local_gid = self.local_gid;
         let r = self.rec(id)?;
         if r.state != RdmaCmState::RouteResolved {
@@ -449,9 +464,11 @@ impl Cma {
     /// librdmacm's internal accept in `ucma_process_conn_resp` asks for); no event follows on
     /// this side: the kernel reports none for a user-space id (cm-spec §4.2).
     ///
+    /// A UD passive id answers its SIDR_REQ with a SIDR_REP naming `qp_num` (cma/ud.rs).
+    ///
     /// # Errors
     /// `EINVAL` for an unknown id, unless the id is in CONNECT with a REQ/REP to answer, or for
-    /// private data over 196 (REP) / 224 (RTU) bytes; nothing is sent then.
+    /// private data over 196 (REP) / 224 (RTU) bytes (UD: 136); nothing is sent then.
     pub fn accept(
         &mut self,
         gsi: &mut dyn GsiEndpoint,
@@ -460,8 +477,12 @@ impl Cma {
         param: &ConnParam,
         qp_num: u32,
     ) -> Result<(), Error> {
-        if self.rec(id)?.state != RdmaCmState::Connect {
+        let r = self.rec(id)?;
+        if r.state != RdmaCmState::Connect {
             return Err(inval("rdma_accept: id not in CONNECT"));
+        }
+        if r.is_ud() {
+            return self.accept_ud(gsi, now, id, param, qp_num);
         }
         let ib = IbCmId(id.0);
         let res = match self.engine.state(ib) {
@@ -489,11 +510,13 @@ impl Cma {
         res
     }
 
-    /// `rdma_reject`: REJ reason 28 (consumer defined) with `private_data` (≤ 148 bytes).
+    /// `rdma_reject`: REJ reason 28 (consumer defined) with `private_data` (≤ 148 bytes); on
+    /// a UD passive id a SIDR_REP with status 2, reject (≤ 136 bytes, cma/ud.rs).
     ///
     /// # Errors
     /// `EINVAL` unless the id is in CONNECT with a REQ/REP not yet answered (IB CM REQ_RCVD,
-    /// MRA_REQ_SENT, REP_RCVD, MRA_REP_SENT, REP_SENT, MRA_REP_RCVD), or for long private data.
+    /// MRA_REQ_SENT, REP_RCVD, MRA_REP_SENT, REP_SENT, MRA_REP_RCVD; UD: SIDR_REQ_RCVD), or
+    /// for long private data.
     pub fn reject(
         &mut self,
         gsi: &mut dyn GsiEndpoint,
@@ -501,8 +524,12 @@ impl Cma {
         id: CmIdHandle,
         private_data: &[u8],
     ) -> Result<(), Error> {
-        if self.rec(id)?.state != RdmaCmState::Connect {
+        let r = self.rec(id)?;
+        if r.state != RdmaCmState::Connect {
             return Err(inval("rdma_reject: id not in CONNECT"));
+        }
+        if r.is_ud() {
+            return self.reject_ud(gsi, now, id, private_data);
         }
         let ib = IbCmId(id.0);
         if matches!(

@@ -30,6 +30,7 @@
 
 mod removal;
 mod sync;
+mod ud;
 
 use crate::cma::Cma;
 use crate::engine::{CmConfig, CmCounters, CmEngine, ConnSnapshot, IbCmId, IbCmState, QpAction};
@@ -59,9 +60,10 @@ fn accounted_to(event: &CmEvent) -> CmIdHandle {
 struct UserId {
     /// `id->qp`.
     qp: Option<Qp>,
-    /// Events handed out and not acked: seq → type (`events_completed` vs. the kernel's
-    /// `events_reported`).
-    unacked: BTreeMap<u64, CmEventType>,
+    /// Events handed out and not acked: seq → type and, for a multicast event, its join's
+    /// address (`events_completed` vs. the kernel's `events_reported`, of the id and of the
+    /// join: `rdma_leave_multicast` waits for the latter).
+    unacked: BTreeMap<u64, (CmEventType, Option<SocketAddr>)>,
     /// CONNECT_ERROR was reported: later REJECTED/DISCONNECTED are swallowed.
     connect_error: bool,
     /// `id_priv->sync`: a synchronous id (made with a NULL channel) on a private channel;
@@ -70,6 +72,8 @@ struct UserId {
     /// `id->event`: the event the last synchronous call returned, acked by the next one or
     /// by `rdma_destroy_id`.
     event: Option<CmEvent>,
+    /// `id_priv->mc_list`: the multicast joins (librdmacm/ud.rs).
+    joins: Vec<ud::UserJoin>,
 }
 
 /// The rdma_cm of one host/device, as an application linked with librdmacm sees it. See the
@@ -261,7 +265,8 @@ impl RdmaCm {
 
     /// `rdma_create_qp`: creates an RC QP on the device and moves it to INIT (librdmacm
     /// `ucma_init_conn_qp`); it goes through RTR/RTS on accept or when the application fetches
-    /// the CONNECT_RESPONSE.
+    /// the CONNECT_RESPONSE. A UD id's QP goes to RTS at once, with the id's Q_Key
+    /// ([`RdmaCm::init_ud_qp`], `ucma_init_ud_qp`).
     ///
     /// # Errors
     /// `EINVAL` when the id is unknown, not bound to the device or already has a QP; what the
@@ -280,7 +285,12 @@ impl RdmaCm {
             return Err(inval("rdma_create_qp: id unbound or has a QP"));
         }
         let qp = dev.create_qp(pd, init)?;
-        if let Err(e) = modify(dev, Some(qp), &QpAction::init(AccessFlags::empty())) {
+        let moved = if self.cma.is_ud(id) == Some(true) {
+            self.init_ud_qp(dev, id, qp)
+        } else {
+            modify(dev, Some(qp), &QpAction::init(AccessFlags::empty()))
+        };
+        if let Err(e) = moved {
             let _ = dev.destroy_qp(qp.handle);
             return Err(e);
         }
@@ -365,6 +375,11 @@ impl RdmaCm {
                 return Err(Error::new(Errno::ENXIO, "the id's device was removed"))
             }
             _ => return Err(inval("rdma_accept: id not in CONNECT")),
+        }
+        if self.cma.is_ud(id) == Some(true) {
+            // librdmacm's `rdma_accept` moves no UD QP (it is in RTS since `rdma_create_qp`).
+            let qp_num = self.qp(id).map_or(param.qp_num, |q| q.qp_num);
+            return self.cma.accept(dev, now, id, param, qp_num);
         }
         match self.cma.ib_cm_state(id) {
             Some(IbCmState::ReqRcvd | IbCmState::MraReqSent) => {
@@ -524,7 +539,7 @@ impl RdmaCm {
         let u = self.user(id)?;
         let private = u.sync.then(|| self.cma.channel_of(id)).flatten();
         let u = self.user(id)?;
-        if let Some((_, ev)) = u.unacked.iter().next() {
+        if let Some((_, (ev, _))) = u.unacked.iter().next() {
             tracing::warn!(
                 id = id.0,
                 event = ?ev,
@@ -623,6 +638,7 @@ impl RdmaCm {
                         }
                     }
                 }
+                E::MulticastJoin => self.process_join(dev, &mut ev),
                 E::ConnectResponse => {
                     if let Some(qp) = qp {
                         match self.process_conn_resp(dev, now, ev.id, qp) {
@@ -641,7 +657,7 @@ impl RdmaCm {
                 .entry(accounted_to(&ev))
                 .or_default()
                 .unacked
-                .insert(ev.seq, ev.event);
+                .insert(ev.seq, (ev.event, ev.multicast));
             tracing::debug!(event = %ev.event.name(), status = ev.status, "rdma_get_cm_event");
             return Ok(ev);
         }

@@ -3,7 +3,16 @@
 //! types and states numbered as Linux numbers them, connection parameters. A leaf module (it
 //! names only `verbs-core`), re-exported from [`crate::api`], the public path for all of them.
 
-use verbs_core::{Device, GsiEndpoint};
+use std::net::SocketAddr;
+use verbs_core::{AhAttr, Device, GsiEndpoint};
+
+/// `RDMA_UDP_QKEY` [rdma_cma.h]: the Q_Key of rdma_cm's UD QPs and multicast groups
+/// (`cma_set_qkey`); a UD QP made on an rdma_cm id gets it (`ucma_init_ud_qp`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// The QPN a UD send to a multicast group names (`event->param.ud.qp_num` of
+/// `RDMA_CM_EVENT_MULTICAST_JOIN`, IBTA vol. 1 §10.5.2.1).
+pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
 
 /// A device the CM can drive: verbs for the QP (used by the librdmacm side only) and the GSI
 /// endpoint for the MADs (all the kernel side needs).
@@ -169,6 +178,19 @@ pub struct ConnEventParam {
     pub qp_num: u32,
 }
 
+/// `struct rdma_ud_param` [rdma_cma.h] but its private data (the event's
+/// `param.private_data`): what a UD id's ESTABLISHED (from the SIDR_REP) and a
+/// MULTICAST_JOIN report, and (zero) a UD id's other events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UdParam {
+    /// The address vector to reach the peer or the group with (`ibv_create_ah`).
+    pub ah_attr: AhAttr,
+    /// The peer's UD QPN, or [`MULTICAST_QPN`] for a group.
+    pub qp_num: u32,
+    /// The Q_Key to send with.
+    pub qkey: u32,
+}
+
 /// `struct rdma_cm_event`. Must be handed back to
 /// [`RdmaCm::ack_cm_event`](crate::api::RdmaCm::ack_cm_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,8 +203,16 @@ pub struct CmEvent {
     pub listen_id: Option<CmIdHandle>,
     /// 0, −errno (−110 for timeouts) or a positive REJ reason (cm-spec §4.7).
     pub status: i32,
-    /// Connection parameters and private data.
+    /// Connection parameters and private data (for a UD id: the private data only, and
+    /// `qp_num`).
     pub param: ConnEventParam,
+    /// The UD parameters (`param.ud`) of an event of a UD (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`) id
+    /// that has them: ESTABLISHED after SIDR, MULTICAST_JOIN; `None` otherwise (zeros in C).
+    /// (Boxed: most events have none, and an event is moved around by value.)
+    pub ud: Option<Box<UdParam>>,
+    /// For MULTICAST_JOIN and MULTICAST_ERROR: the address given to `rdma_join_multicast`
+    /// (librdmacm finds its join, and the join's `context`, from it).
+    pub multicast: Option<SocketAddr>,
     /// Queue order of the event on its host (the kernel's), the key under which librdmacm
     /// tracks it until it is acked.
     pub(crate) seq: u64,

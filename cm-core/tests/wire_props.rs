@@ -452,6 +452,71 @@ proptest! {
         prop_assert_eq!(rest, &user[..]);
     }
 
+    /// A UDP-port-space SIDR_REQ carries the same 36-byte IP-CM header in front of at most 180
+    /// bytes of user data (`cma_resolve_ib_udp`); one byte more is EINVAL.
+    #[test]
+    fn sidr_req_ip_cm_header_round_trips_through_the_mad(
+        src_port in any::<u16>(),
+        a in any::<[u8; 4]>(),
+        b in any::<[u8; 4]>(),
+        user in pd(180),
+        request_id in any::<u32>(),
+        tid in any::<u64>(),
+    ) {
+        let hdr = IpCmHeader {
+            src_port,
+            src_addr: IpAddr::V4(Ipv4Addr::from(a)),
+            dst_addr: IpAddr::V4(Ipv4Addr::from(b)),
+        };
+        let pd = hdr.sidr_req_private_data(&user).unwrap();
+        let mad = CmMessage::SidrReq(SidrReq {
+            request_id,
+            partition_key: 0xFFFF,
+            service_id: ip_service_id(RdmaPortSpace::Udp, src_port),
+            private_data: pd,
+        })
+        .encode(tid, 0)
+        .unwrap();
+        let Ok((h, CmMessage::SidrReq(back))) = decode(&mad) else {
+            return Err(TestCaseError::fail("not a SIDR_REQ"));
+        };
+        prop_assert_eq!(h.transaction_id, tid);
+        prop_assert_eq!(back.request_id, request_id);
+        let (got, rest) = IpCmHeader::split(&back.private_data).unwrap();
+        prop_assert_eq!(got, hdr);
+        prop_assert_eq!(rest.len(), 180);
+        prop_assert_eq!(&rest[..user.len()], &user[..]);
+        prop_assert!(hdr.sidr_req_private_data(&[0; 181]).is_err());
+    }
+
+    /// A SIDR_REP whose "additional information length" (msg byte 5) claims more than the
+    /// 72-byte field is refused, whatever else it holds; any other one decodes and re-encodes to
+    /// itself, its QPN within 24 bits.
+    #[test]
+    fn sidr_rep_info_length_is_checked_and_the_rest_round_trips(
+        data in proptest::collection::vec(any::<u8>(), 232),
+        tid in any::<u64>(),
+    ) {
+        let mut mad = CmMessage::SidrRep(SidrRep::default()).encode(tid, 0).unwrap();
+        mad[24..].copy_from_slice(&data);
+        let claimed = usize::from(data[5]);
+        match decode(&mad) {
+            Err(e) => {
+                prop_assert!(claimed > 72, "refused with a {claimed}-byte claim: {e}");
+            }
+            Ok((_, CmMessage::SidrRep(r))) => {
+                prop_assert!(claimed <= 72);
+                prop_assert_eq!(r.additional_information.len(), claimed);
+                prop_assert!(r.qpn <= 0xFF_FFFF);
+                let again = CmMessage::SidrRep(r.clone()).encode(tid, 0).unwrap();
+                prop_assert_eq!(decode(&again).unwrap().1, CmMessage::SidrRep(r));
+            }
+            Ok((_, other)) => {
+                return Err(TestCaseError::fail(format!("decoded as {other:?}")));
+            }
+        }
+    }
+
     #[test]
     fn ip_service_id_round_trips(ps in prop_oneof![
         Just(RdmaPortSpace::Ipoib), Just(RdmaPortSpace::Tcp),

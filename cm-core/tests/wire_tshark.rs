@@ -162,6 +162,21 @@ fn messages() -> Vec<CmMessage> {
             ari: vec![],
             private_data: vec![],
         }),
+        CmMessage::SidrReq(SidrReq {
+            request_id: 0x0A0B_0C0D,
+            partition_key: 0xFFFF,
+            service_id: ip_service_id(RdmaPortSpace::Udp, 7174),
+            private_data: ip_cm.sidr_req_private_data(b"ud").unwrap(),
+        }),
+        CmMessage::SidrRep(SidrRep {
+            request_id: 0x0A0B_0C0D,
+            status: 0,
+            qpn: 0x00_0789,
+            service_id: ip_service_id(RdmaPortSpace::Udp, 7174),
+            q_key: 0x0123_4567,
+            private_data: b"ok".to_vec(),
+            ..SidrRep::default()
+        }),
     ]
 }
 
@@ -187,7 +202,8 @@ fn expect_fields(frame: &str, want: &[(&str, &str)]) {
     }
 }
 
-/// tshark decodes our REQ, REP, RTU, DREQ, DREP and REJ with the field values we encoded.
+/// tshark decodes our REQ, REP, RTU, DREQ, DREP and REJ with the field values we encoded, and
+/// shows SIDR_REQ and SIDR_REP as what they are with the bytes we encoded.
 ///
 /// Not compared: REQ primary flow label and packet rate. Wireshark 4.0's dissector reads both
 /// from a 3-byte window at msg offset 88 (so it shows flow label 0x12345 as 0x00123 and takes
@@ -211,9 +227,10 @@ fn tshark_decodes_our_cm_messages_with_the_encoded_values() {
         .collect();
     assert_eq!(frames.len(), mads.len(), "tshark output:\n{out}");
 
-    let [req, rep, rtu, dreq, drep, mra, rej] = frames[..] else {
+    let [req, rep, rtu, dreq, drep, mra, rej, sidr_req, sidr_rep] = frames[..] else {
         unreachable!()
     };
+
     assert!(req.contains("CM ConnectRequest"), "{req}");
     expect_fields(
         req,
@@ -308,6 +325,38 @@ fn tshark_decodes_our_cm_messages_with_the_encoded_values() {
             ("Message REJected", "0x0"),
             ("Reject Info Length", "0x00"),
             ("Reason", "0x0008"),
+        ],
+    );
+    // SIDR: Wireshark 4.0 names both messages but has no dissector for their bodies ("Dissector
+    // Not Implemented"); its "MAD Data Payload" line shows their first 36 bytes, which are
+    // checked against IBTA vol. 1 tables 119 and 120 here (and byte for byte in
+    // wire_layout.rs).
+    assert!(sidr_req.contains("CM ServiceIDResReq "), "{sidr_req}");
+    expect_fields(
+        sidr_req,
+        &[
+            ("Attribute ID", "0x0017"),
+            ("Transaction ID", "0x000000011122334b"),
+            // Request ID, P_Key, reserved, service ID (UDP port space, port 7174), then the
+            // IP-CM header: version 0, IPv4, source port, 12 zero bytes and 10.0.0.1.
+            (
+                "MAD Data Payload",
+                "0a0b0c0dffff00000000000001111c060040c1230000000000000000000000000a000001",
+            ),
+        ],
+    );
+    assert!(sidr_rep.contains("CM ServiceIDResReqResp"), "{sidr_rep}");
+    expect_fields(
+        sidr_rep,
+        &[
+            ("Attribute ID", "0x0018"),
+            ("Transaction ID", "0x000000011122334c"),
+            // Request ID, status 0, info length 0, vendor ID, QPN, vendor ID, service ID,
+            // Q_Key (RDMA_UDP_QKEY).
+            (
+                "MAD Data Payload",
+                "0a0b0c0d00000000000789000000000001111c0601234567",
+            ),
         ],
     );
 }

@@ -12,6 +12,7 @@
 mod copy;
 mod cq;
 mod device;
+mod fanout;
 mod gather;
 mod gsi;
 mod ids;
@@ -33,6 +34,7 @@ mod testutil;
 pub mod pump;
 
 pub mod fabric;
+pub mod multicast;
 pub mod nic;
 pub mod peers;
 pub mod rng;

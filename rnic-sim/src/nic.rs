@@ -8,12 +8,14 @@
 
 use crate::device::SimDevice;
 use crate::fabric::Endpoint;
+use crate::fanout::NicMulticast;
+use crate::multicast::{is_multicast_gid, GroupDirectory, MULTICAST_QPN};
 use crate::peers::PeerTable;
 use crate::roce::codec::encode_from;
-use crate::roce::{decode_bytes, encode, Flow, ROCE_V2_UDP_DPORT};
+use crate::roce::{decode_bytes, encode, CodecError, Flow, ROCE_V2_UDP_DPORT};
 use bytes::Bytes;
 use std::net::SocketAddr;
-use verbs_core::{Gid, SimTime};
+use verbs_core::{Gid, SimTime, QPN_MASK};
 
 /// Datagrams a [`SimNic`] refused, by reason. Bad input is counted and dropped, never a panic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,6 +31,16 @@ pub struct NicCounters {
     /// Datagrams dropped because they came from a socket other than the one their sender's GID
     /// is routed to (another port of a peer's IP).
     pub rx_foreign_socket: u64,
+    /// Copies of multicast datagrams sent, one per other member of the group
+    /// ([`crate::multicast`]).
+    pub tx_multicast_copies: u64,
+    /// Multicast datagrams no other RNIC was sent a copy of (no directory, or no other member).
+    pub tx_multicast_no_members: u64,
+    /// Members of a group left without a copy because it had more than
+    /// [`MAX_GROUP_MEMBERS`](crate::multicast::MAX_GROUP_MEMBERS) others.
+    pub tx_multicast_members_cut: u64,
+    /// Multicast datagrams received for a group of this RNIC.
+    pub rx_multicast: u64,
 }
 
 /// One captured datagram: when, between which sockets, and its bytes (the RoCEv2 UDP payload).
@@ -105,6 +117,8 @@ pub struct SimNic {
     check_icrc: bool,
     counters: NicCounters,
     capture: Capture,
+    /// Multicast: the group directory and the copies still to send.
+    mcast: NicMulticast,
 }
 
 impl SimNic {
@@ -118,6 +132,7 @@ impl SimNic {
             check_icrc: true,
             counters: NicCounters::default(),
             capture: Capture::default(),
+            mcast: NicMulticast::default(),
         }
     }
 
@@ -149,6 +164,14 @@ impl SimNic {
         &self.peers
     }
 
+    /// Uses `dir` to know which RNICs of the fabric belong to which multicast group: this NIC
+    /// joins a group there while one of its device's QPs is attached to it, and sends a copy
+    /// of each multicast datagram to every other member ([`crate::multicast`]). Without one,
+    /// multicast datagrams reach only this device's own QPs.
+    pub fn set_group_directory(&mut self, dir: Box<dyn GroupDirectory>) {
+        self.mcast.set_directory(dir);
+    }
+
     /// Turns ICRC checking of received datagrams on (default) or off.
     pub fn set_check_icrc(&mut self, on: bool) {
         self.check_icrc = on;
@@ -173,7 +196,12 @@ impl SimNic {
     /// Datagram counters (encode/decode). The device's own transport counters are
     /// `device().counters()` (named differently so that `Deref` does not hide them).
     pub fn datagram_counters(&self) -> NicCounters {
-        self.counters
+        NicCounters {
+            tx_multicast_copies: self.mcast.copies,
+            tx_multicast_no_members: self.mcast.no_members,
+            tx_multicast_members_cut: self.mcast.members_cut,
+            ..self.counters
+        }
     }
 
     /// The device.
@@ -228,7 +256,26 @@ impl Endpoint for SimNic {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         let flow = Flow::new(src, self.addr);
         self.capture.record(now, flow, &bytes);
-        match decode_bytes(&bytes, &flow, self.check_icrc) {
+        let decoded = decode_bytes(&bytes, &flow, self.check_icrc);
+        // A multicast datagram's ICRC covers its group's address, not this NIC's.
+        let maybe_multicast = match &decoded {
+            Ok(p) => p.bth.dest_qp & QPN_MASK == MULTICAST_QPN,
+            Err(e) => matches!(e, CodecError::BadIcrc { .. }),
+        };
+        if maybe_multicast {
+            if let Some((mgid, packet)) = NicMulticast::match_group(&self.dev, &bytes, src) {
+                let gid = self.peer_gid(src);
+                if self.peer_addr(gid) != src {
+                    self.counters.rx_foreign_socket += 1;
+                    return;
+                }
+                self.counters.rx_datagrams += 1;
+                self.counters.rx_multicast += 1;
+                self.dev.handle_multicast(now, gid, mgid, packet);
+                return;
+            }
+        }
+        match decoded {
             Ok(packet) => {
                 let gid = self.peer_gid(src);
                 // A peer's traffic comes from the one socket its GID is routed to: a datagram
@@ -249,7 +296,11 @@ impl Endpoint for SimNic {
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        self.mcast.sync(&mut self.dev, self.addr);
         loop {
+            if let Some(copy) = self.mcast.pop() {
+                return Some(copy);
+            }
             // A payload still in registered memory is copied once, straight into the datagram.
             let (t, payload) = self.dev.poll_outgoing(now)?;
             let dst = route(&self.peers, t.dst);
@@ -263,6 +314,12 @@ impl Endpoint for SimNic {
                     let bytes = b.freeze();
                     self.counters.tx_datagrams += 1;
                     self.capture.record(now, flow, &bytes);
+                    if is_multicast_gid(t.dst) {
+                        // One copy per other member of the group, each the datagram a
+                        // multicast to the group's address would carry (its ICRC over it).
+                        self.mcast.fan_out(t.dst, self.addr, &bytes);
+                        continue;
+                    }
                     return Some((dst, bytes));
                 }
                 Err(e) => {

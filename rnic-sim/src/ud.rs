@@ -1,28 +1,38 @@
 //! The UD transport of a QP: SEND ONLY (+imm) datagrams with a DETH, Q_Key check, GRH in front
 //! of the received payload (IBTA 9.8, 11.4.1.1; rxe `rxe_req.c`, `rxe_resp.c`).
 
+use crate::multicast::is_multicast_gid;
 use crate::psn::psn_add;
-use crate::roce::{Deth, Opcode, Packet};
+use crate::roce::codec::encoded_len;
+use crate::roce::{Deth, Flow, Opcode, Packet, ROCE_V2_UDP_DPORT};
 use crate::shared::Shared;
 use crate::shared::Transmit;
 use bytes::Bytes;
+use std::net::SocketAddr;
 use verbs_core::{Gid, QpState, SimTime, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// Bytes of the Global Route Header a UD receive buffer gets in front of the payload.
 pub const GRH_BYTES: usize = 40;
 
-/// The 40-byte GRH written in front of a UD payload: IPv6-style header with the source and
-/// destination GIDs (IBTA 8.3; what `IBV_WC_GRH` announces). Next header 0x1B (IB), hop
-/// limit 64.
-fn grh(src: Gid, dst: Gid, payload_len: usize) -> [u8; GRH_BYTES] {
+/// The 40 bytes a RoCEv2 RNIC writes in front of a UD payload (what `IBV_WC_GRH`
+/// announces): the datagram's IP header, as rxe's `rxe_resp.c` copies it — for IPv4 (both GIDs
+/// IPv4-mapped) 20 zero bytes then the 20-byte IPv4 header, otherwise the 40-byte IPv6 header
+/// (next header UDP). The header is the canonical one the ICRC is computed over
+/// ([`Flow::ip_udp_header`]: TTL 64, DF, checksum valid), so `ibv_init_ah_from_wc` finds the
+/// sender's address in it as it does in a real one (libibverbs `get_grh_header_version`,
+/// `set_ah_attr_by_ipv4`). `transport_len` is the RoCEv2 UDP payload's length (BTH … ICRC).
+fn grh(src: Gid, dst: Gid, transport_len: usize) -> [u8; GRH_BYTES] {
     let mut g = [0u8; GRH_BYTES];
-    g[0] = 0x60;
-    let plen = u16::try_from(payload_len).unwrap_or(u16::MAX);
-    g[4..6].copy_from_slice(&plen.to_be_bytes());
-    g[6] = 0x1B;
-    g[7] = 64;
-    g[8..24].copy_from_slice(&src.0);
-    g[24..40].copy_from_slice(&dst.0);
+    let flow = Flow::new(
+        SocketAddr::new(src.to_ip(), ROCE_V2_UDP_DPORT),
+        SocketAddr::new(dst.to_ip(), ROCE_V2_UDP_DPORT),
+    );
+    if let Some(h) = flow.ip_udp_header(transport_len) {
+        let ip = h.as_bytes().get(..h.ip_len()).unwrap_or_default();
+        if let Some(at) = g.get_mut(GRH_BYTES - ip.len()..) {
+            at.copy_from_slice(ip);
+        }
+    }
     g
 }
 
@@ -64,20 +74,21 @@ impl crate::qp::SimQp {
             }
             p.bth.se = w.wr.send_flags.contains(verbs_core::SendFlags::SOLICITED);
             self.req.psn = psn_add(self.req.psn, 1);
-            sh.tx.push_back(
-                Transmit {
-                    dst: w.wr.ud.ah.grh.dgid,
-                    packet: p,
-                }
-                .into(),
-            );
+            let dst = w.wr.ud.ah.grh.dgid;
+            if is_multicast_gid(dst) {
+                // This RNIC is a member too: its QPs attached to the group get a copy
+                // (device/multicast.rs).
+                sh.mcast_loop.push_back((dst, self.qpn, p.clone()));
+            }
+            sh.tx.push_back(Transmit { dst, packet: p }.into());
             self.complete_head(sh, WcStatus::Success);
         }
     }
 
-    /// Receives a UD datagram: Q_Key must match; no receive posted or a buffer too small for
-    /// GRH + payload drops it silently (UD has no RNR; rxe class D).
-    pub(crate) fn on_ud(&mut self, sh: &mut Shared, src: Gid, pkt: Packet) {
+    /// Receives a UD datagram from `src` to `dst` (this device's GID, or a multicast group's):
+    /// Q_Key must match; no receive posted or a buffer too small for GRH + payload drops it
+    /// silently (UD has no RNR; rxe class D).
+    pub(crate) fn on_ud(&mut self, sh: &mut Shared, src: Gid, dst: Gid, pkt: Packet) {
         if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
             sh.counters.qp_not_ready += 1;
             return;
@@ -107,7 +118,7 @@ impl crate::qp::SimQp {
             return;
         };
         let mut buf = Vec::with_capacity(total);
-        buf.extend_from_slice(&grh(src, sh.gid, pkt.payload.len()));
+        buf.extend_from_slice(&grh(src, dst, encoded_len(&pkt)));
         buf.extend_from_slice(&pkt.payload);
         let sges = r.sg_list.clone();
         if sh.mrs.scatter(self.pd, &sges, 0, &buf).is_err() {

@@ -221,6 +221,8 @@ fn attr_name(id: u16) -> &'static str {
         0x14 => "rtu",
         0x15 => "dreq",
         0x16 => "drep",
+        0x17 => "sidr-req",
+        0x18 => "sidr-rep",
         _ => "other",
     }
 }
@@ -231,6 +233,75 @@ fn records<R>(rs: &[R], write: impl Fn(&R, &mut Output)) -> Vec<u8> {
         write(r, &mut out);
     }
     out.bytes
+}
+
+/// A SIDR_REQ (UDP port space, port 7174, an IP-CM header from 127.0.90.2) and its SIDR_REP
+/// (status 0, QPN, RDMA_UDP_QKEY), as two engines exchange them.
+#[allow(clippy::unwrap_used)] // generator
+fn sidr_mads() -> Vec<Vec<u8>> {
+    use cm_core::engine::{
+        CmConfig, CmEngine, IbCmEventKind, SidrRepParams, SidrReqParams, SidrStatus,
+    };
+    use cm_core::wire::{ip_service_id, IpCmHeader, RdmaPortSpace};
+    use verbs_core::{Gid, SimTime};
+    let gid = |d| Gid::from_ipv4(Ipv4Addr::new(127, 0, 90, d));
+    let mut a = CmEngine::new(CmConfig {
+        ca_guid: 2,
+        seed: 2,
+        ..CmConfig::default()
+    });
+    let mut b = CmEngine::new(CmConfig {
+        ca_guid: 1,
+        seed: 1,
+        ..CmConfig::default()
+    });
+    let service = ip_service_id(RdmaPortSpace::Udp, 7174);
+    let l = b.create_id();
+    b.listen(l, service, 1).unwrap();
+    let hdr = IpCmHeader {
+        src_port: 40123,
+        src_addr: IpAddr::V4(Ipv4Addr::new(127, 0, 90, 2)),
+        dst_addr: IpAddr::V4(Ipv4Addr::new(127, 0, 90, 1)),
+    };
+    let ia = a.create_id();
+    let req = SidrReqParams {
+        service_id: service,
+        local_gid: gid(2),
+        remote_gid: gid(1),
+        pkey: 0xFFFF,
+        private_data: hdr.sidr_req_private_data(&[]).unwrap(),
+    };
+    a.send_sidr_req(SimTime::ZERO, ia, &req).unwrap();
+    let (_, sidr_req) = a.poll_transmit().unwrap();
+    b.handle_datagram(SimTime::ZERO, gid(2), &sidr_req);
+    let ev = b.poll_event().unwrap();
+    assert!(matches!(ev.kind, IbCmEventKind::SidrReqReceived(_)));
+    let rep = SidrRepParams {
+        qpn: 0x12c,
+        qkey: cm_core::api::RDMA_UDP_QKEY,
+        ..SidrRepParams::status(SidrStatus::Success)
+    };
+    b.send_sidr_rep(ev.id, &rep).unwrap();
+    let (_, sidr_rep) = b.poll_transmit().unwrap();
+    vec![sidr_req.to_vec(), sidr_rep.to_vec()]
+}
+
+/// The SIDR seeds of `mad_decode` are what `sidr_mads` makes now (the corpus is committed;
+/// this keeps it honest).
+#[test]
+#[allow(clippy::unwrap_used)]
+fn the_sidr_seeds_are_real_engine_mads() {
+    let dir = fuzz_dir().join("corpus").join("mad_decode");
+    let committed: BTreeSet<Vec<u8>> = files(&dir)
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("engine-sidr-"))
+        })
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert_eq!(committed, sidr_mads().into_iter().collect::<BTreeSet<_>>());
 }
 
 /// Rebuilds `fuzz/corpus/*` from real captures (module docs). Run by `fuzz/gen-corpus.sh`.
@@ -305,6 +376,12 @@ fn regenerate_corpus() {
             let name = format!("{}-{}-{}", d.source, attr_name(attr_id(m)), mad_files.len());
             mad_files.push((name, m.clone()));
         }
+    }
+    // No capture carries SIDR (neither `rnic replay` nor `rnic ping` resolves a UD service):
+    // the SIDR_REQ and SIDR_REP of two engines' exchange.
+    for m in sidr_mads() {
+        let name = format!("engine-{}-{}", attr_name(attr_id(&m)), mad_files.len());
+        mad_files.push((name, m));
     }
     write_corpus("mad_decode", &mad_files);
 

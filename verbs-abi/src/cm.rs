@@ -203,6 +203,17 @@ pub union rdma_cm_event_param {
     pub ud: rdma_ud_param,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` (`rdma/rdma_cma.h`): `rdma_join_multicast_ex`'s
+/// attributes; `comp_mask` (`RDMA_CM_JOIN_MC_ATTR_*`) says which are set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    pub comp_mask: u32,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u32,
+    pub addr: *mut sockaddr,
+}
+
 /// `struct rdma_addrinfo` (`rdma/rdma_cma.h`): a result of `rdma_getaddrinfo`.
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -435,4 +435,16 @@ c_constants! {
     c_int {
         RDMA_OPTION_IB_PATH = 1,
     }
+    /// `enum rdma_cm_join_mc_attr_mask`, bits of `rdma_cm_join_mc_attr_ex.comp_mask`.
+    u32 {
+        RDMA_CM_JOIN_MC_ATTR_ADDRESS = 1 << 0,
+        RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS = 1 << 1,
+        RDMA_CM_JOIN_MC_ATTR_RESERVED = 1 << 2,
+    }
+    /// `enum rdma_cm_mc_join_flags`, `rdma_cm_join_mc_attr_ex.join_flags`.
+    u32 {
+        RDMA_MC_JOIN_FLAG_FULLMEMBER = 0,
+        RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER = 1,
+        RDMA_MC_JOIN_FLAG_RESERVED = 2,
+    }
 }

@@ -454,6 +454,7 @@ fn cm_checks() -> Vec<Check> {
         }
         struct rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
         struct rdma_cm_event { id, listen_id, event, status, param, param.conn, param.ud }
+        struct rdma_cm_join_mc_attr_ex { comp_mask, join_flags, addr }
         struct rdma_addrinfo {
             ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr,
             ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route,

@@ -406,6 +406,33 @@ pub trait Device {
     /// `ibv_get_async_event` on a non-blocking async fd: the oldest pending async event, or
     /// `None`. Events are handed over already acknowledged (`ibv_ack_async_event` is implied).
     fn get_async_event(&mut self) -> Option<AsyncEvent>;
+
+    /// `ibv_attach_mcast`: UD QP `qp` receives the datagrams sent to multicast group `gid`
+    /// (`lid`: the group's LID, 0 on RoCE). Attaching twice is not an error.
+    ///
+    /// # Errors
+    /// `EINVAL` for a GID that is not a multicast one (`ff00::/8`, or IPv4-mapped class D), a
+    /// QP that is not UD, or an unknown handle (Linux `ib_attach_mcast`); `ENOMEM` past the
+    /// device's group limits; `EOPNOTSUPP` for a device without multicast (this default).
+    fn attach_mcast(&mut self, qp: QpHandle, gid: Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(Error::new(
+            Errno::EOPNOTSUPP,
+            "ibv_attach_mcast: no multicast on this device",
+        ))
+    }
+
+    /// `ibv_detach_mcast`: undoes [`attach_mcast`](Self::attach_mcast).
+    ///
+    /// # Errors
+    /// `EINVAL` when the QP is not attached to the group, or as `attach_mcast`.
+    fn detach_mcast(&mut self, qp: QpHandle, gid: Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(Error::new(
+            Errno::EOPNOTSUPP,
+            "ibv_detach_mcast: no multicast on this device",
+        ))
+    }
 }
 
 /// A management datagram received on the GSI endpoint (QP1).

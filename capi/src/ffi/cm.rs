@@ -632,6 +632,26 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         // SAFETY: an id of this library; `qp_attr` is readable and writable and
         // `qp_attr_mask` writable (rdma_init_qp_attr(3)).
         let (h, want) = unsafe { (idbox(id).handle, (*qp_attr).qp_state) };
+        // A UD id (kernel `cma_ib_init_qp_attr`): P_Key index, port and the id's Q_Key, in
+        // the state asked for.
+        // SAFETY: as above.
+        if unsafe { (*id).qp_type } == IBV_QPT_UD {
+            return match r.with(|n, _| n.split().0.ud_qkey(h)) {
+                Ok(qkey) => {
+                    // SAFETY: as above.
+                    unsafe {
+                        let a = &mut *qp_attr;
+                        a.pkey_index = 0;
+                        a.port_num = 1;
+                        a.qkey = qkey;
+                        *qp_attr_mask =
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+                    }
+                    0
+                }
+                Err(e) => fail(errno_of(&e)),
+            };
+        }
         // The attributes the CM would apply itself (Linux `rdma_init_qp_attr` →
         // `ib_cm_init_qp_attr`): INIT from the id alone, RTR and RTS once the peer is known.
         let action = r.with_quiet(|n, _| {

@@ -5,7 +5,7 @@
 
 use super::objects::{leak, registry, ChannelBox, EventBox, IdBox};
 use super::verbs::cm_context;
-use crate::abi::convert::{gid_to_c, sockaddr_in, sockaddr_in6};
+use crate::abi::convert::{ah_to_c, gid_to_c, sockaddr_in, sockaddr_in6};
 use crate::abi::*;
 use crate::runtime::{Node, Signal};
 use cm_core::api::{CmEvent, EventChannel};
@@ -114,14 +114,14 @@ pub(super) fn make_event(
         Some(&p) => p as *mut IdBox,
         None => {
             // A CONNECT_REQUEST's new id: it reports to the listener's channel with the
-            // listener's context (librdmacm `ucma_process_conn_req`).
-            let (context, ps) = if listen.is_null() {
-                (null_mut(), RDMA_PS_TCP)
+            // listener's context, port space and QP type (librdmacm `ucma_process_conn_req`).
+            let (context, ps, qp_type) = if listen.is_null() {
+                (null_mut(), RDMA_PS_TCP, IBV_QPT_RC)
             } else {
                 // SAFETY: registered ids are live.
-                unsafe { ((*listen).c.context, (*listen).c.ps) }
+                unsafe { ((*listen).c.context, (*listen).c.ps, (*listen).c.qp_type) }
             };
-            let p = leak(IdBox::new(ev.id, channel, context, ps, IBV_QPT_RC));
+            let p = leak(IdBox::new(ev.id, channel, context, ps, qp_type));
             // SAFETY: just made.
             unsafe {
                 (*p).req_resources = (ev.param.responder_resources, ev.param.initiator_depth);
@@ -134,6 +134,11 @@ pub(super) fn make_event(
     let pd = super::verbs::cm_pd_in(n).ok();
     // SAFETY: `id` is live (registered or just made).
     unsafe { refresh(&mut *id, addrs, true, pd) };
+    // SAFETY: as above.
+    if unsafe { (*id).c.qp_type } == IBV_QPT_UD {
+        // SAFETY: as above.
+        return ud_event(unsafe { &*id }, ev, listen);
+    }
     let private_data = ev.param.private_data.clone();
     let b = leak(EventBox {
         c: rdma_cm_event {
@@ -163,6 +168,51 @@ pub(super) fn make_event(
         if !(*b).private_data.is_empty() {
             (*b).c.param.conn.private_data = (*b).private_data.as_ptr().cast();
             (*b).c.param.conn.private_data_len =
+                u8::try_from((*b).private_data.len()).unwrap_or(u8::MAX);
+        }
+    }
+    b
+}
+
+/// The C event of a UD id (librdmacm `ucma_copy_ud_event`): `param.ud` with the private data,
+/// the address vector, the QPN and the Q_Key; a multicast event's private data is the join's
+/// `context` (`evt->event.param.ud.private_data = evt->mc->context`), with length 0.
+fn ud_event(b: &IdBox, ev: CmEvent, listen: *mut IdBox) -> *mut EventBox {
+    let ud = ev.ud.as_deref().copied().unwrap_or_default();
+    let context = ev
+        .multicast
+        .and_then(|a| b.mc_contexts.iter().find(|(m, _)| *m == a))
+        .map_or(0, |(_, c)| *c);
+    let private_data = if ev.multicast.is_some() {
+        Vec::new()
+    } else {
+        ev.param.private_data.clone()
+    };
+    let c = rdma_cm_event {
+        id: std::ptr::from_ref(b).cast_mut().cast(),
+        listen_id: listen.cast(),
+        event: ev.event as rdma_cm_event_type,
+        status: ev.status,
+        param: rdma_cm_event_param {
+            ud: rdma_ud_param {
+                private_data: context as *const libc::c_void,
+                private_data_len: 0,
+                ah_attr: ah_to_c(&ud.ah_attr),
+                qp_num: ud.qp_num,
+                qkey: ud.qkey,
+            },
+        },
+    };
+    let b = leak(EventBox {
+        c,
+        event: ev,
+        private_data,
+    });
+    // SAFETY: `b` was just made; the Vec's buffer does not move while the box lives.
+    unsafe {
+        if !(*b).private_data.is_empty() {
+            (*b).c.param.ud.private_data = (*b).private_data.as_ptr().cast();
+            (*b).c.param.ud.private_data_len =
                 u8::try_from((*b).private_data.len()).unwrap_or(u8::MAX);
         }
     }

@@ -19,6 +19,23 @@ pub unsafe extern "C" fn rdma_create_qp(
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard("rdma_create_qp", -1, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { create_qp_on_id(id, pd, qp_init_attr, false) }
+    })
+}
+
+/// `rdma_create_qp`'s body; `block_self` is `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`
+/// (`rdma_create_qp_ex`).
+///
+/// # Safety
+/// As `rdma_create_qp`.
+unsafe fn create_qp_on_id(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+    block_self: bool,
+) -> c_int {
+    {
         let (Ok(r), false) = (rt(), id.is_null() || qp_init_attr.is_null()) else {
             return fail(libc::EINVAL);
         };
@@ -64,8 +81,9 @@ pub unsafe extern "C" fn rdma_create_qp(
             }
         }
         // Make the QP, then let the CM move it to INIT and own it (librdmacm
-        // `rdma_create_qp_ex` → `ucma_init_conn_qp`). On an error the CQs made for it go
-        // (librdmacm's `ucma_destroy_cqs`).
+        // `rdma_create_qp_ex` → `ucma_init_conn_qp`; a UD id's to RTS with the id's Q_Key,
+        // `ucma_init_ud_qp`). On an error the CQs made for it go (librdmacm's
+        // `ucma_destroy_cqs`).
         let qp = match create_qp(pd, &a) {
             Ok(qp) => qp,
             Err(e) => {
@@ -80,11 +98,19 @@ pub unsafe extern "C" fn rdma_create_qp(
             qp_num: qpn,
         };
         let h = b.handle;
+        let ud = b.c.qp_type == IBV_QPT_UD;
         let res = r.with(|n, _| {
             let (cm, dev) = n.split();
             cm.attach_qp(h, handle)?;
-            let (attr, mask) = QpAction::init(AccessFlags::empty()).attr_mask();
-            verbs_core::Device::modify_qp(dev, handle.handle, &attr, mask).inspect_err(|_| {
+            let moved = if ud {
+                cm.init_ud_qp(dev, h, handle)
+            } else {
+                let (attr, mask) = QpAction::init(AccessFlags::empty()).attr_mask();
+                verbs_core::Device::modify_qp(dev, handle.handle, &attr, mask)
+            };
+            let moved =
+                moved.and_then(|()| dev.set_block_self_multicast(handle.handle, block_self));
+            moved.inspect_err(|_| {
                 let _ = cm.detach_qp(h);
             })
         });
@@ -95,7 +121,7 @@ pub unsafe extern "C" fn rdma_create_qp(
             return fail(errno_of(&e));
         }
         // SAFETY: `qp` is live.
-        unsafe { (*qp).state = IBV_QPS_INIT };
+        unsafe { (*qp).state = if ud { IBV_QPS_RTS } else { IBV_QPS_INIT } };
         b.c.qp = qp;
         b.c.pd = pd;
         super::qp::granted_cap(qp, &mut attr.cap);
@@ -103,7 +129,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         attr.recv_cq = a.recv_cq;
         attr.srq = a.srq;
         0
-    })
+    }
 }
 
 /// The CQs (and their completion channels) librdmacm makes when `rdma_create_qp` is given
@@ -176,8 +202,14 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         }
         // SAFETY: `attr` is a readable `ibv_qp_init_attr_ex` (rdma_create_qp_ex(3)).
         let a = unsafe { &mut *attr };
-        let known = IBV_QP_INIT_ATTR_PD;
-        if a.comp_mask & !known != 0 {
+        let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
+            a.create_flags
+        } else {
+            0
+        };
+        // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (mckey -l) is the one creation flag honoured.
+        if a.comp_mask & !known != 0 || flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0 {
             return fail(unsupported("rdma_create_qp_ex with extended attributes"));
         }
         let mut plain = ibv_qp_init_attr {
@@ -194,8 +226,9 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         } else {
             null_mut()
         };
+        let block_self = flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
         // SAFETY: forwarding the caller's pointers.
-        let r = unsafe { rdma_create_qp(id, pd, &mut plain) };
+        let r = unsafe { create_qp_on_id(id, pd, &mut plain, block_self) };
         a.send_cq = plain.send_cq;
         a.recv_cq = plain.recv_cq;
         a.srq = plain.srq;

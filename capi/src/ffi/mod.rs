@@ -13,10 +13,11 @@
 //! conversions that need `unsafe`; the others are
 //! `verbs_abi::convert`'s), [`verbs`] (`ibv_*`: devices, contexts, PDs, MRs), [`async_event`]
 //! (`async_fd`, `ibv_get_async_event`), [`cq`] (completion channels, CQs), [`qp`] (QPs,
-//! posting, AHs), [`srq`] (SRQs); librdmacm, from the bottom up: [`cm_id`] (the C side of an id:
+//! posting, AHs), [`srq`] (SRQs), [`ud`] (multicast attachment, AHs from a work completion);
+//! librdmacm, from the bottom up: [`cm_id`] (the C side of an id:
 //! its box, addresses, private channel and C events), [`cm_sync`] (the wait and bookkeeping of
 //! synchronous ids), then the entry points: [`cm`] (`rdma_*`: channels, ids, connection calls),
-//! [`cm_qp`] (QPs on ids), [`cm_srq`] (SRQs on ids), [`cm_event`] (events), [`cm_sync_api`]
+//! [`cm_qp`] (QPs on ids), [`cm_mcast`] (multicast joins), [`cm_srq`] (SRQs on ids), [`cm_event`] (events), [`cm_sync_api`]
 //! (`rdma_get_request`, `rdma_migrate_id`), [`cm_ep`] (`rdma_create_ep`, `rdma_destroy_ep`),
 //! [`addrinfo`] (`rdma_getaddrinfo`), [`cm_ece`] (ECE); rsockets: [`rsocket`] (the socket
 //! calls), [`rsocket_io`] (data and iomap calls), [`rpoll`] (`rpoll`, `rselect`), over the safe
@@ -39,6 +40,7 @@ mod cm_ece;
 mod cm_ep;
 mod cm_event;
 mod cm_id;
+mod cm_mcast;
 mod cm_qp;
 mod cm_srq;
 mod cm_sync;
@@ -58,6 +60,7 @@ mod rpoll;
 mod rsocket;
 mod rsocket_io;
 mod srq;
+mod ud;
 mod verbs;
 mod verbs_misc;
 mod verbs_unsupported;

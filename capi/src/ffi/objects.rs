@@ -160,6 +160,9 @@ pub struct IdBox {
     /// A passive endpoint's QP attributes (`rdma_create_ep` with `RAI_PASSIVE`, librdmacm's
     /// `id_priv->qp_init_attr`): `rdma_get_request` makes each new id's QP with them.
     pub qp_init_attr: Option<ibv_qp_init_attr>,
+    /// The multicast joins' `context`s (librdmacm's `mc->context`), by the address joined,
+    /// in join order: a MULTICAST_JOIN/ERROR's `param.ud.private_data` (cm_mcast.rs).
+    pub mc_contexts: Vec<(std::net::SocketAddr, usize)>,
 }
 
 impl IdBox {
@@ -211,6 +214,7 @@ impl IdBox {
             req_resources: (0, 0),
             own_cqs: false,
             qp_init_attr: None,
+            mc_contexts: Vec::new(),
         }
     }
 }
@@ -222,7 +226,7 @@ pub struct EventBox {
     pub c: rdma_cm_event,
     /// The CM's event, handed back by `rdma_ack_cm_event`.
     pub event: CmEvent,
-    /// `param.conn.private_data` points here.
+    /// `param.conn.private_data` (`param.ud.private_data`) points here.
     pub private_data: Vec<u8>,
 }
 

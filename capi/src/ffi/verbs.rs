@@ -371,40 +371,6 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    _pd: *mut ibv_pd,
-    _wc: *mut ibv_wc,
-    _grh: *mut c_void,
-    _port_num: u8,
-) -> *mut ibv_ah {
-    guard("ibv_create_ah_from_wc", null_mut(), || {
-        fail_null(unsupported("ibv_create_ah_from_wc"))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_attach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    guard("ibv_attach_mcast", libc::EIO, || {
-        unsupported("ibv_attach_mcast")
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_detach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    guard("ibv_detach_mcast", libc::EIO, || {
-        unsupported("ibv_detach_mcast")
-    })
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
     guard("ibv_resize_cq", libc::EIO, || unsupported("ibv_resize_cq"))
 }

@@ -8,10 +8,12 @@
 //! call queued from the caller's thread, and tops up the descriptors of channels that got events.
 //! Safe code only: raw pointers stay in `ffi`.
 
+mod groups;
 mod publish;
 pub mod rsocket;
 mod signal;
 
+pub use groups::FileGroups;
 pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
 pub use signal::{wait_token, Ends, Signal};
 
@@ -394,8 +396,11 @@ impl Runtime {
         let async_signal =
             Signal::new().map_err(|e| format!("cannot make the async event descriptor: {e}"))?;
         let async_ends = async_signal.ends();
+        let mut nic = SimNic::new(dev, addr);
+        // Multicast groups shared with the other processes' RNICs (groups.rs).
+        nic.set_group_directory(Box::new(FileGroups::from_env()));
         let node = Node {
-            nic: SimNic::new(dev, addr),
+            nic,
             cm,
             drop_ppm: (config.drop_rate * 1e6).round() as u64,
             rng: Rng::new(seed ^ 0x6472_6f70), // "drop": its own stream

@@ -524,7 +524,6 @@ fn drop_counters<N: PingNic>(
 ) -> std::collections::BTreeMap<String, u64> {
     let cm = [
         ("cm.rx_malformed", c.rx_malformed),
-        ("cm.rx_unsupported", c.rx_unsupported),
         ("cm.rx_unmatched", c.rx_unmatched),
         ("cm.rx_wrong_state", c.rx_wrong_state),
         ("cm.rx_wrong_qpn", c.rx_wrong_qpn),

@@ -37,6 +37,11 @@ pub const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
 /// an rdma_cm server is ready once its stderr contains it.
 pub const LISTEN_MARKER: &str = "rdma_listen on";
 
+/// The line librnic.so logs (at info level, target `rnic`) when its RNIC joins a multicast
+/// group in the directory other processes read (a QP attached to it): from then on, datagrams
+/// sent to the group reach it.
+pub const MULTICAST_MARKER: &str = "multicast group joined";
+
 /// `RUST_LOG` given to rdma_cm servers so that the library logs [`LISTEN_MARKER`], unless
 /// `RUST_LOG` is set already (it must then enable info for target `rnic`, as `debug` does).
 pub const LISTEN_LOG: &str = "rnic=info";
@@ -191,6 +196,10 @@ pub enum Ready {
     /// [`LISTEN_MARKER`] on the server's stderr (rdma_cm servers; started with
     /// `RUST_LOG=`[`LISTEN_LOG`]).
     RdmaListen,
+    /// This text on the server's stderr, from the library's info-level log (started with
+    /// `RUST_LOG=`[`LISTEN_LOG`] too): for a server that listens for nothing, e.g. an mckey
+    /// receiver once its RNIC joined the group ([`MULTICAST_MARKER`]).
+    Stderr(&'static str),
 }
 
 /// One program to run under `rnic exec`.
@@ -595,6 +604,7 @@ fn wait_ready(server: &mut Running, ready: Ready) -> Result<(), String> {
         let ok = match ready {
             Ready::TcpListen(port) => tcp_listening(port),
             Ready::RdmaListen => server.stderr_text().contains(LISTEN_MARKER),
+            Ready::Stderr(marker) => server.stderr_text().contains(marker),
         };
         if ok {
             return Ok(());
@@ -611,6 +621,10 @@ fn wait_ready(server: &mut Running, ready: Ready) -> Result<(), String> {
                 Ready::RdmaListen => format!(
                     "the server did not log `{LISTEN_MARKER}` (RUST_LOG={LISTEN_LOG}) on its \
                      stderr within {READY_TIMEOUT:?}"
+                ),
+                Ready::Stderr(marker) => format!(
+                    "the server did not log `{marker}` (RUST_LOG={LISTEN_LOG}) on its stderr \
+                     within {READY_TIMEOUT:?}"
                 ),
             });
         }
@@ -664,7 +678,7 @@ pub fn run_pair(spec: &PairSpec) -> PairOutcome {
     let mut server_prog = spec.server.clone();
     let log_set = server_prog.env.iter().any(|(k, _)| k == "RUST_LOG")
         || std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty());
-    if spec.ready == Ready::RdmaListen && !log_set {
+    if matches!(spec.ready, Ready::RdmaListen | Ready::Stderr(_)) && !log_set {
         server_prog
             .env
             .push(("RUST_LOG".to_string(), LISTEN_LOG.to_string()));

@@ -69,16 +69,22 @@ impl Cma {
                 };
                 (E::Rejected, i32::from(reason), param)
             }
+            IbCmEventKind::SidrReqReceived(info) => {
+                return self.on_sidr_req_received(now, ev.id, info)
+            }
+            IbCmEventKind::SidrRepReceived(info) => return self.on_sidr_rep_received(id, info),
+            IbCmEventKind::SidrReqError => (E::Unreachable, -Errno::ETIMEDOUT.code(), none()),
         };
         self.deliver(id, event, status, None, param);
     }
 
     fn on_req_received(&mut self, now: SimTime, ib: IbCmId, info: ReqInfo) {
         let listen = CmIdHandle(info.listen_id.0);
+        // cma_ib_check_req_qp_type: a REQ is for a connected listener, not a UD one.
         let listener = self
             .ids
             .get(&listen)
-            .filter(|r| r.state == RdmaCmState::Listen)
+            .filter(|r| r.state == RdmaCmState::Listen && !r.is_ud())
             .map(|r| (r.channel, r.ps));
         // cma_save_ip_info: a REQ without a valid IP-CM header is refused (REJ 28 via
         // destroy, cm-spec §2.10).
@@ -93,17 +99,8 @@ impl Cma {
             self.engine.destroy_id(now, ib);
             return;
         };
-        let port = parse_ip_service_id(info.service_id).map_or(0, |(_, p)| p);
         let id = CmIdHandle(ib.0);
-        let mut rec = KernelId::new(channel, ps);
-        rec.set_state(id, RdmaCmState::Connect);
-        rec.bound = true;
-        rec.has_cm_id = true;
-        rec.src = Some(SocketAddr::new(hdr.dst_addr, port));
-        rec.dst = Some(SocketAddr::new(hdr.src_addr, hdr.src_port));
-        rec.listen_id = Some(listen);
-        rec.uid_set = false;
-        self.ids.insert(id, rec);
+        self.passive_id(id, listen, (channel, ps), &hdr, info.service_id);
         let param = ConnEventParam {
             private_data: user.to_vec(),
             responder_resources: info.responder_resources,
@@ -116,6 +113,29 @@ impl Cma {
         self.deliver(id, CmEventType::ConnectRequest, 0, Some(listen), param);
     }
 
+    /// The new passive id of a connection request (REQ or SIDR_REQ) whose IP-CM header says
+    /// where it came from, reporting to the listener's channel in its port space (`cma_ib_new_conn_id`,
+    /// `cma_ib_new_udp_id`: `cma_save_net_info`).
+    pub(super) fn passive_id(
+        &mut self,
+        id: CmIdHandle,
+        listen: CmIdHandle,
+        (channel, ps): (EventChannel, RdmaPortSpace),
+        hdr: &IpCmHeader,
+        service_id: u64,
+    ) {
+        let port = parse_ip_service_id(service_id).map_or(0, |(_, p)| p);
+        let mut rec = KernelId::new(channel, ps);
+        rec.set_state(id, RdmaCmState::Connect);
+        rec.bound = true;
+        rec.has_cm_id = true;
+        rec.src = Some(SocketAddr::new(hdr.dst_addr, port));
+        rec.dst = Some(SocketAddr::new(hdr.src_addr, hdr.src_port));
+        rec.listen_id = Some(listen);
+        rec.uid_set = false;
+        self.ids.insert(id, rec);
+    }
+
     /// Whether `event` may be raised for `id` now (the cm-spec §4.2 gate).
     fn gate(&self, id: CmIdHandle, event: CmEventType) -> bool {
         use CmEventType as E;
@@ -124,13 +144,20 @@ impl Cma {
             return false;
         };
         match event {
-            E::AddrResolved | E::AddrError => r.state == S::AddrQuery,
+            E::AddrResolved => r.state == S::AddrQuery,
+            // Also a UD id's SIDR_REP with another Q_Key (`cma_sidr_rep_handler`).
+            E::AddrError => r.state == S::AddrQuery || (r.state == S::Connect && r.is_ud()),
             E::RouteResolved | E::RouteError => r.state == S::RouteQuery,
             E::TimewaitExit => r.state == S::Disconnect,
             // Set up by `device_removal` / `address_change` (cma/removal.rs); ucma drops both
             // for a passive id not accepted yet.
             E::DeviceRemoval => r.state == S::DeviceRemoval && r.uid_set,
             E::AddrChange => r.uid_set && !r.removed,
+            // Made at once by the join (`cma_iboe_join_multicast` queues it), which requires
+            // ADDR_BOUND or ADDR_RESOLVED.
+            E::MulticastJoin | E::MulticastError => {
+                matches!(r.state, S::AddrBound | S::AddrResolved) && !r.removed
+            }
             _ => r.state == S::Connect,
         }
     }
@@ -147,6 +174,23 @@ impl Cma {
         listen_id: Option<CmIdHandle>,
         param: ConnEventParam,
     ) {
+        self.deliver_ud(id, event, status, listen_id, param, None, None);
+    }
+
+    /// [`deliver`](Self::deliver) with the UD parameters and the multicast join an event of a
+    /// UD id carries.
+    #[allow(clippy::too_many_arguments)] // the fields of `struct rdma_cm_event`
+    pub(super) fn deliver_ud(
+        &mut self,
+        id: CmIdHandle,
+        event: CmEventType,
+        status: i32,
+        listen_id: Option<CmIdHandle>,
+        param: ConnEventParam,
+        ud: Option<UdParam>,
+        multicast: Option<SocketAddr>,
+    ) {
+        let ud = ud.map(Box::new);
         use CmEventType as E;
         if !self.gate(id, event) {
             tracing::debug!(
@@ -176,6 +220,8 @@ impl Cma {
             listen_id,
             status,
             param,
+            ud,
+            multicast,
             seq,
         };
         if let Some(q) = self.channels.get_mut(&r.channel) {

@@ -69,7 +69,7 @@ impl CmEngine {
 
     /// Runs every timer due at `now`: retransmissions (with the [`Backoff`] schedule), send
     /// timeouts (REQ → IDLE + REQ_ERROR, REP → IDLE + REP_ERROR, DREQ → TIMEWAIT +
-    /// DREQ_ERROR; cm-spec §3.3), TimeWait expiry (→ IDLE + TIMEWAIT_EXIT) and the expiry
+    /// DREQ_ERROR, SIDR_REQ → IDLE + SIDR_REQ_ERROR; cm-spec §3.3), TimeWait expiry (→ IDLE + TIMEWAIT_EXIT) and the expiry
     /// of passive requests. Due ids fire in id order.
     ///
     /// **Passive request expiry** (a difference from Linux): a passive id the consumer has
@@ -165,6 +165,13 @@ impl CmEngine {
             IbCmState::DreqSent => {
                 self.enter_timewait(now, id);
                 self.event(id, IbCmEventKind::DreqError);
+            }
+            IbCmState::SidrReqSent => {
+                // cm_process_send_error: the id goes back to IDLE.
+                if let Some(c) = conn_mut!(self, id) {
+                    c.set_state(id, IbCmState::Idle);
+                }
+                self.event(id, IbCmEventKind::SidrReqError);
             }
             _ => {}
         }

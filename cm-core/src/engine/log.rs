@@ -56,6 +56,12 @@ impl IbCmEventType {
             E::TimewaitExit => "TIMEWAIT_EXIT",
             E::MraReceived => "MRA_RECEIVED",
             E::RejReceived => "REJ_RECEIVED",
+            E::LapError => "LAP_ERROR",
+            E::LapReceived => "LAP_RECEIVED",
+            E::AprReceived => "APR_RECEIVED",
+            E::SidrReqError => "SIDR_REQ_ERROR",
+            E::SidrReqReceived => "SIDR_REQ_RECEIVED",
+            E::SidrRepReceived => "SIDR_REP_RECEIVED",
         }
     }
 }

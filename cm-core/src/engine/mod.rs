@@ -12,22 +12,26 @@
 //! Malformed or unmatched MADs are counted in [`CmCounters`] and dropped; they never panic
 //! and never touch a connection they do not match.
 
+mod events;
 mod qp;
 mod timers;
 
+pub use events::{
+    IbCmEvent, IbCmEventKind, IbCmEventType, RepInfo, ReqInfo, SidrRepInfo, SidrReqInfo,
+};
 pub use qp::{QpAction, QpParams};
 pub use timers::{cm_ack_timeout, cm_convert_to_ms, Backoff};
 
 use crate::wire::{
     self, CmMessage, CmMsgResponse, Drep, Dreq, Mra, Rej, RejectReason, Rep, Req, ReqPath, Rtu,
-    MAD_SIZE,
+    SidrRep, SidrReq, MAD_SIZE,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{Errno, Error, Gid, Mtu, SimTime, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
 
-/// `enum ib_cm_state` [ib_cm.h] (cm-spec §3.1), same names and numbers. SIDR states exist for
-/// numbering only; this engine does not run SIDR.
+/// `enum ib_cm_state` [ib_cm.h] (cm-spec §3.1), same names and numbers. The two SIDR states
+/// are those of Service ID Resolution ([`CmEngine::send_sidr_req`], IBTA vol. 1 §12.11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 #[allow(missing_docs)] // each variant is the Linux name of its value
@@ -48,25 +52,6 @@ pub enum IbCmState {
     Timewait = 13,
     SidrReqSent = 14,
     SidrReqRcvd = 15,
-}
-
-/// `enum ib_cm_event_type` [ib_cm.h] (cm-spec §3.1), same names and numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-#[allow(missing_docs)] // each variant is the Linux name of its value
-pub enum IbCmEventType {
-    ReqError = 0,
-    ReqReceived = 1,
-    RepError = 2,
-    RepReceived = 3,
-    RtuReceived = 4,
-    UserEstablished = 5,
-    DreqError = 6,
-    DreqReceived = 7,
-    DrepReceived = 8,
-    TimewaitExit = 9,
-    MraReceived = 10,
-    RejReceived = 11,
 }
 
 /// `IB_WC_RESP_TIMEOUT_ERR`: the send status carried by `*_ERROR` events (cm-spec §1.7).
@@ -131,11 +116,10 @@ pub struct CmCounters {
     pub rx_mads: u64,
     /// Dropped: failed to decode (bad length/version/class/method/attribute…).
     pub rx_malformed: u64,
-    /// Dropped: SIDR (not implemented).
-    pub rx_unsupported: u64,
-    /// Dropped: no CM id matches the comm IDs.
+    /// Dropped: no CM id matches the comm IDs (or a SIDR_REP's Request ID).
     pub rx_unmatched: u64,
-    /// Duplicates (REQ, REP, RTU, MRA, DREQ in DREQ_RCVD …); some are answered.
+    /// Duplicates (REQ, REP, RTU, MRA, DREQ in DREQ_RCVD, a SIDR_REQ being answered …);
+    /// some are answered.
     pub rx_duplicates: u64,
     /// Dropped: arrived in a state that does not accept it.
     pub rx_wrong_state: u64,
@@ -143,9 +127,10 @@ pub struct CmCounters {
     pub rx_wrong_qpn: u64,
     /// REQ/REP answered with REJ 10 (remote QPN still in use).
     pub rx_stale: u64,
-    /// REQ answered with REJ 8 (no listener).
+    /// REQ answered with REJ 8, SIDR_REQ with SIDR_REP status 1 (no listener).
     pub rx_no_listener: u64,
-    /// REQ dropped because the listener's backlog is full (no REJ, cm-spec §4.2).
+    /// REQ dropped because the listener's backlog is full (no REJ, cm-spec §4.2); SIDR_REQ
+    /// answered with SIDR_REP status 2 (reject) for the same reason.
     pub rx_backlog_full: u64,
     /// DREQ for an unknown connection answered with DREP.
     pub rx_dreq_unknown: u64,
@@ -161,118 +146,6 @@ pub struct CmCounters {
     /// Passive requests that expired unanswered: the consumer neither accepted nor rejected
     /// them before their active side gave up (see [`CmEngine::handle_timeout`]).
     pub requests_expired: u64,
-}
-
-/// What the passive side learns from a REQ (`struct ib_cm_req_event_param`), already in the
-/// passive perspective: `responder_resources` is the REQ's Initiator Depth and vice versa
-/// (cm-spec §2.2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReqInfo {
-    /// The listening id the REQ matched.
-    pub listen_id: IbCmId,
-    /// The sender's GID.
-    pub remote_gid: Gid,
-    /// The active side's QPN (24 bits).
-    pub remote_qpn: u32,
-    /// Service ID of the REQ.
-    pub service_id: u64,
-    /// RDMA READ/atomic depth this side should accept.
-    pub responder_resources: u8,
-    /// RDMA READ/atomic depth this side may issue.
-    pub initiator_depth: u8,
-    /// Transport retry count requested (3 bits).
-    pub retry_count: u8,
-    /// RNR retry count requested (3 bits).
-    pub rnr_retry_count: u8,
-    /// SRQ flag.
-    pub srq: bool,
-    /// REQ private data, 92 bytes (IP-CM header first when rdma_cm sent it).
-    pub private_data: Vec<u8>,
-}
-
-/// What the active side learns from a REP (`struct ib_cm_rep_event_param`), in its own
-/// perspective.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepInfo {
-    /// The passive side's QPN.
-    pub remote_qpn: u32,
-    /// RDMA READ/atomic depth this side should accept (= REP Initiator Depth).
-    pub responder_resources: u8,
-    /// RDMA READ/atomic depth this side may issue (= REP Responder Resources).
-    pub initiator_depth: u8,
-    /// RNR retry count for this side's sends.
-    pub rnr_retry_count: u8,
-    /// SRQ flag.
-    pub srq: bool,
-    /// REP private data, 196 bytes.
-    pub private_data: Vec<u8>,
-}
-
-/// The payload of an IB CM event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IbCmEventKind {
-    /// REQ retries exhausted; the id is back in IDLE.
-    ReqError,
-    /// A new connection request; the event's id is the new passive id (state MRA_REQ_SENT,
-    /// as rdma_cm arms a delayed MRA at once, cm-spec §4.2).
-    ReqReceived(ReqInfo),
-    /// REP retries exhausted; the id is back in IDLE.
-    RepError,
-    /// REP accepted; the id is in REP_RCVD and waits for `send_rtu` or `send_rej`.
-    RepReceived(RepInfo),
-    /// RTU received; ESTABLISHED.
-    RtuReceived(Vec<u8>),
-    /// `establish` (COMM_EST) moved the passive id to ESTABLISHED.
-    UserEstablished,
-    /// DREQ retries exhausted; the id is in TIMEWAIT.
-    DreqError,
-    /// DREQ received; the id is in DREQ_RCVD and waits for `send_drep` (or destroy).
-    DreqReceived(Vec<u8>),
-    /// DREP received; the id is in TIMEWAIT.
-    DrepReceived(Vec<u8>),
-    /// TimeWait over; the id is back in IDLE.
-    TimewaitExit,
-    /// MRA received; the pending retransmission was pushed back.
-    MraReceived,
-    /// REJ received.
-    RejReceived {
-        /// REJ reason (cm-spec §2.5), raw.
-        reason: u16,
-        /// Additional reject information.
-        ari: Vec<u8>,
-        /// REJ private data, 148 bytes.
-        private_data: Vec<u8>,
-    },
-}
-
-impl IbCmEventKind {
-    /// The `ib_cm_event_type` of this event.
-    pub fn event_type(&self) -> IbCmEventType {
-        use IbCmEventKind as K;
-        match self {
-            K::ReqError => IbCmEventType::ReqError,
-            K::ReqReceived(_) => IbCmEventType::ReqReceived,
-            K::RepError => IbCmEventType::RepError,
-            K::RepReceived(_) => IbCmEventType::RepReceived,
-            K::RtuReceived(_) => IbCmEventType::RtuReceived,
-            K::UserEstablished => IbCmEventType::UserEstablished,
-            K::DreqError => IbCmEventType::DreqError,
-            K::DreqReceived(_) => IbCmEventType::DreqReceived,
-            K::DrepReceived(_) => IbCmEventType::DrepReceived,
-            K::TimewaitExit => IbCmEventType::TimewaitExit,
-            K::MraReceived => IbCmEventType::MraReceived,
-            K::RejReceived { .. } => IbCmEventType::RejReceived,
-        }
-    }
-}
-
-/// An IB CM event for one id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IbCmEvent {
-    /// The id it concerns (for REQ_RECEIVED: the new passive id).
-    pub id: IbCmId,
-    /// What happened.
-    pub kind: IbCmEventKind,
 }
 
 /// Parameters of `send_req` (`struct ib_cm_req_param` as rdma_cm fills it, cm-spec §4.3).
@@ -372,6 +245,8 @@ struct Conn {
     listener: Option<Listener>,
     listen_id: Option<IbCmId>,
     in_tables: bool,
+    /// Service ID of a SIDR_REQ sent or received (the SIDR_REP repeats it).
+    service_id: u64,
 }
 
 impl Conn {
@@ -407,6 +282,9 @@ pub struct CmEngine {
     remote_ids: BTreeMap<(u64, u32), IbCmId>,
     remote_qpns: BTreeMap<(u64, u32), IbCmId>,
     listeners: BTreeMap<u64, IbCmId>,
+    /// Passive SIDR ids not answered yet, by (sender, Request ID): Linux's
+    /// `remote_sidr_table`, which makes a retransmitted SIDR_REQ a duplicate.
+    remote_sidr: BTreeMap<(Gid, u32), IbCmId>,
     transmit: VecDeque<(Gid, [u8; MAD_SIZE])>,
     events: VecDeque<IbCmEvent>,
     counters: CmCounters,
@@ -435,8 +313,10 @@ mod log;
 mod receive;
 mod removal;
 mod send;
+mod sidr;
 mod snapshot;
 
+pub use sidr::{SidrRepParams, SidrReqParams, SidrStatus};
 pub use snapshot::{ConnSnapshot, SNAPSHOT_LEN};
 
 use deadlines::TimerIndex;
@@ -465,6 +345,7 @@ impl CmEngine {
             remote_ids: BTreeMap::new(),
             remote_qpns: BTreeMap::new(),
             listeners: BTreeMap::new(),
+            remote_sidr: BTreeMap::new(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -541,6 +422,7 @@ impl CmEngine {
                 listener: None,
                 listen_id: None,
                 in_tables: false,
+                service_id: 0,
             },
         );
         self.by_local.insert(local_comm_id, id);
@@ -716,7 +598,8 @@ impl CmEngine {
     /// `ib_destroy_cm_id` (cm-spec §3.3 "Destroy"): LISTEN → stop listening; REQ_SENT/
     /// MRA_REQ_RCVD → REJ 4 with this node's CA GUID as ARI; REQ_RCVD, MRA_REQ_SENT, REP_RCVD,
     /// MRA_REP_SENT, REP_SENT, MRA_REP_RCVD → REJ 28; ESTABLISHED → one DREQ without
-    /// retries; DREQ_RCVD → DREP; DREQ_SENT/TIMEWAIT → nothing more. Then the id is freed: no
+    /// retries; DREQ_RCVD → DREP; SIDR_REQ_RCVD → SIDR_REP status 2 (reject); DREQ_SENT,
+    /// TIMEWAIT, SIDR_REQ_SENT → nothing more. Then the id is freed: no
     /// further event, and DREQs for it are answered as for an unknown connection.
     pub fn destroy_id(&mut self, now: SimTime, id: IbCmId) {
         use IbCmState as S;
@@ -745,9 +628,13 @@ impl CmEngine {
             S::DreqRcvd => {
                 let _ = self.send_drep(now, id, &[]);
             }
+            S::SidrReqRcvd => {
+                let _ = self.send_sidr_rep(id, &SidrRepParams::status(SidrStatus::Reject));
+            }
             _ => {}
         }
         self.remove_from_tables(id);
+        self.forget_sidr(id);
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
             self.note_changed(id);
@@ -757,6 +644,16 @@ impl CmEngine {
             }
         }
         self.events.retain(|e| e.id != id);
+    }
+
+    /// Drops `id` from the table of unanswered SIDR requests.
+    fn forget_sidr(&mut self, id: IbCmId) {
+        if let Some(c) = self.conns.get(&id) {
+            let key = (c.remote_gid, c.remote_comm_id);
+            if self.remote_sidr.get(&key) == Some(&id) {
+                self.remote_sidr.remove(&key);
+            }
+        }
     }
 
     /// The next MAD to send and its destination GID.
@@ -770,5 +667,7 @@ impl CmEngine {
     }
 }
 
+#[cfg(test)]
+mod sidr_tests;
 #[cfg(test)]
 mod tests;

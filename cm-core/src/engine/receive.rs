@@ -29,15 +29,13 @@ impl CmEngine {
             CmMessage::Rtu(m) => self.on_rtu(src, m),
             CmMessage::Dreq(m) => self.on_dreq(src, tid, m),
             CmMessage::Drep(m) => self.on_drep(now, src, m),
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
-                log::mad_dropped("SIDR", "rx_unsupported: SIDR is not implemented");
-                self.counters.rx_unsupported += 1;
-            }
+            CmMessage::SidrReq(m) => self.on_sidr_req(src, tid, m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(src, m),
         }
     }
 
     /// The id whose local ID is `local` and whose remote ID is `remote` (`cm_acquire_id`).
-    fn lookup(&self, local: u32, remote: u32) -> Option<IbCmId> {
+    pub(super) fn lookup(&self, local: u32, remote: u32) -> Option<IbCmId> {
         let id = *self.by_local.get(&local)?;
         (self.conns.get(&id)?.remote_comm_id == remote).then_some(id)
     }
@@ -47,7 +45,7 @@ impl CmEngine {
     /// comm IDs alone (`cm_acquire_id`), so anyone who learns or guesses them can reject or
     /// disconnect it from anywhere; here the sender's address must also be the peer's (the
     /// address the REQ went to, or came from).
-    fn sent_by_peer(&mut self, id: IbCmId, src: Gid) -> bool {
+    pub(super) fn sent_by_peer(&mut self, id: IbCmId, src: Gid) -> bool {
         let peer = self.conns.get(&id).map(|c| c.remote_gid);
         let ok = peer == Some(src);
         if !ok {
@@ -137,19 +135,7 @@ impl CmEngine {
             );
             return;
         };
-        let full = self
-            .conns
-            .get_mut(&listen_id)
-            .and_then(|c| c.listener.as_mut())
-            .is_none_or(|l| {
-                if l.pending >= l.backlog {
-                    true
-                } else {
-                    l.pending += 1;
-                    false
-                }
-            });
-        if full {
+        if !self.take_backlog_slot(listen_id) {
             // ucma's handler fails with -ENOMEM: the REQ is dropped without REJ (§4.2).
             log::mad_dropped(
                 "REQ",

@@ -11,6 +11,7 @@ impl CmEngine {
     /// ignored.
     pub fn forget_id(&mut self, id: IbCmId) {
         self.remove_from_tables(id);
+        self.forget_sidr(id);
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
             self.note_changed(id);

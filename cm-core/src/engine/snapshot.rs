@@ -114,13 +114,13 @@ impl ConnSnapshot {
     }
 
     /// True for the states in which destroying the id sends something or still answers the
-    /// peer (everything but IDLE, LISTEN and the SIDR states): the ones worth handing over.
+    /// peer (everything but IDLE, LISTEN and SIDR_REQ_SENT): the ones worth handing over. An
+    /// adopted SIDR_REQ_RCVD id answers with SIDR_REP status 2 (reject), as `cm_destroy_id`
+    /// does, with service ID 0 (a snapshot does not keep it; the active side matches the
+    /// SIDR_REP by its Request ID alone, `cm_sidr_rep_handler`).
     pub fn needs_teardown(&self) -> bool {
         use IbCmState as S;
-        !matches!(
-            self.state,
-            S::Idle | S::Listen | S::SidrReqSent | S::SidrReqRcvd
-        )
+        !matches!(self.state, S::Idle | S::Listen | S::SidrReqSent)
     }
 }
 
@@ -200,7 +200,7 @@ impl CmEngine {
     ///
     /// # Errors
     /// `EEXIST` when this engine already has an id with that Local Comm ID; `EINVAL` for a
-    /// state that cannot be taken over (IDLE, LISTEN, SIDR).
+    /// state that cannot be taken over (IDLE, LISTEN, SIDR_REQ_SENT).
     pub fn adopt(&mut self, s: &ConnSnapshot) -> Result<IbCmId, Error> {
         if !s.needs_teardown() {
             return Err(wrong_state("adopting a connection", s.state));

@@ -18,6 +18,8 @@ pub struct TestDevice {
     pub inbox: VecDeque<GsiDatagram>,
     /// Every successful modify: (qpn, new state).
     pub modify_log: Vec<(u32, QpState)>,
+    /// Multicast attachments: (qpn, group).
+    pub mcast: std::collections::BTreeSet<(u32, Gid)>,
 }
 
 impl TestDevice {
@@ -29,6 +31,7 @@ impl TestDevice {
             outbox: VecDeque::new(),
             inbox: VecDeque::new(),
             modify_log: Vec::new(),
+            mcast: std::collections::BTreeSet::new(),
         }
     }
 
@@ -143,6 +146,9 @@ impl Device for TestDevice {
         if mask.contains(QpAttrMask::SQ_PSN) {
             new.sq_psn = attr.sq_psn;
         }
+        if mask.contains(QpAttrMask::QKEY) {
+            new.qkey = attr.qkey;
+        }
         if mask.contains(QpAttrMask::DEST_QPN) {
             new.dest_qp_num = attr.dest_qp_num;
         }
@@ -200,6 +206,18 @@ impl Device for TestDevice {
     }
     fn get_async_event(&mut self) -> Option<AsyncEvent> {
         None
+    }
+    fn attach_mcast(&mut self, qp: QpHandle, gid: Gid, _lid: u16) -> Result<()> {
+        self.qps.get(&qp.0).ok_or_else(|| Error::inval("no QP"))?;
+        self.mcast.insert((qp.0, gid));
+        Ok(())
+    }
+    fn detach_mcast(&mut self, qp: QpHandle, gid: Gid, _lid: u16) -> Result<()> {
+        if self.mcast.remove(&(qp.0, gid)) {
+            Ok(())
+        } else {
+            Err(Error::inval("not attached"))
+        }
     }
 }
 

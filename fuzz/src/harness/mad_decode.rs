@@ -8,8 +8,8 @@
 //!   message re-encodes with its transaction ID and attribute modifier, the result decodes
 //!   to the same message under the header Linux writes ([`MadHeader::cm`]), and encoding
 //!   that again gives the same 256 bytes (a fixed point);
-//! * for a REQ, the IP-CM header of its private data (if it parses) re-encodes and parses
-//!   to itself.
+//! * for a REQ or a SIDR_REQ, the IP-CM header of its private data (if it parses) re-encodes
+//!   and parses to itself.
 
 use cm_core::wire::{decode, parse_ip_service_id, CmMessage, IpCmHeader, MadHeader, MAD_SIZE};
 
@@ -45,9 +45,16 @@ pub fn run(data: &[u8]) {
         Ok(third) => assert_eq!(third, again, "encode is not a fixed point"),
         Err(e) => panic!("second encode failed: {e}"),
     }
-    if let CmMessage::Req(req) = &msg {
-        let _ = parse_ip_service_id(req.service_id);
-        ip_cm_stable(&req.private_data);
+    match &msg {
+        CmMessage::Req(req) => {
+            let _ = parse_ip_service_id(req.service_id);
+            ip_cm_stable(&req.private_data);
+        }
+        CmMessage::SidrReq(req) => {
+            let _ = parse_ip_service_id(req.service_id);
+            ip_cm_stable(&req.private_data);
+        }
+        _ => {}
     }
 }
 

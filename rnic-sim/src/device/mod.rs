@@ -18,6 +18,7 @@ use verbs_core::{
 
 mod config;
 mod gsi;
+mod multicast;
 mod registration;
 mod removal;
 mod srq;
@@ -69,6 +70,8 @@ pub struct SimDevice {
     /// The device was removed ([`SimDevice::remove`], device/removal.rs): verbs calls return
     /// `EIO`, nothing is sent or taken.
     removed: bool,
+    /// QPs attached to multicast groups (device/multicast.rs).
+    mcast: crate::multicast::McastTable,
 }
 
 /// Counts `wcs` off the lingering completions of destroyed QPs.
@@ -100,6 +103,7 @@ impl SimDevice {
             srqs: BTreeMap::new(),
             events: VecDeque::new(),
             tx: VecDeque::new(),
+            mcast_loop: VecDeque::new(),
             counters: Counters::default(),
             max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
             max_unacked_bytes: cfg.max_unacked_bytes,
@@ -127,6 +131,7 @@ impl SimDevice {
             deadlines: BTreeSet::new(),
             deadline_of: BTreeMap::new(),
             removed: false,
+            mcast: crate::multicast::McastTable::default(),
         }
     }
 
@@ -626,6 +631,7 @@ impl Device for SimDevice {
         }
         self.tx_pending.retain(|&q| q != qp.0);
         self.sh.entered_err.remove(&qp.0);
+        self.mcast.detach_all(qp.0);
         self.sync_deadline(qp.0);
         Ok(())
     }
@@ -684,5 +690,13 @@ impl Device for SimDevice {
 
     fn get_async_event(&mut self) -> Option<AsyncEvent> {
         self.sh.events.pop_front()
+    }
+
+    fn attach_mcast(&mut self, qp: QpHandle, gid: Gid, lid: u16) -> Result<()> {
+        self.mcast_attach(qp, gid, lid)
+    }
+
+    fn detach_mcast(&mut self, qp: QpHandle, gid: Gid, lid: u16) -> Result<()> {
+        self.mcast_detach(qp, gid, lid)
     }
 }

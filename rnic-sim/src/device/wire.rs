@@ -77,6 +77,9 @@ impl SimDevice {
             pending.clear();
             self.tx_pending = pending;
         }
+        if !self.sh.mcast_loop.is_empty() {
+            self.deliver_multicast_loopback();
+        }
         loop {
             let o = self.sh.tx.pop_front()?;
             let Some(g) = o.gather else {
@@ -197,7 +200,8 @@ impl SimDevice {
                     c.wrong_qp_type += 1;
                     return;
                 }
-                qp.on_ud(&mut self.sh, src, packet);
+                let dst = self.sh.gid;
+                qp.on_ud(&mut self.sh, src, dst, packet);
             }
             QpType::Uc => {
                 dropped(src, &packet, "wrong_qp_type: UC is not simulated");

@@ -32,6 +32,8 @@ pub struct Counters {
     pub ud_no_recv: u64,
     /// Dropped: UD datagram larger than the receive buffer.
     pub ud_too_long: u64,
+    /// Dropped: a multicast datagram for a group no QP of the device is attached to.
+    pub mcast_unattached: u64,
     /// Not sent: a request or READ response whose payload region was deregistered between
     /// the packet being queued and being polled (only a caller that buffers packets across
     /// verbs calls sees it; see `SimDevice::poll_transmit`).

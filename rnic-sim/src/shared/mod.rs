@@ -4,6 +4,7 @@
 
 use crate::cq::{Cq, CqPush};
 use crate::mr::MrTable;
+use crate::roce::Packet;
 use crate::srq::Srq;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{
@@ -34,6 +35,9 @@ pub(crate) struct Shared {
     pub events: VecDeque<AsyncEvent>,
     /// Packets waiting for `poll_transmit`, in order.
     pub tx: VecDeque<Outgoing>,
+    /// Multicast datagrams the device's QPs sent, to be delivered to its own QPs attached to
+    /// the group: (group, sending QPN, packet).
+    pub mcast_loop: VecDeque<(Gid, u32, Packet)>,
     /// Counters.
     pub counters: Counters,
     /// Requester window: PSNs sent but not acknowledged.

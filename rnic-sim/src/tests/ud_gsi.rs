@@ -102,8 +102,24 @@ fn ud_send_delivers_a_datagram_behind_a_grh_with_src_qp() {
     );
     let mut buf = vec![0u8; 140];
     b.dev.mr_read(b.mr.handle, 0, &mut buf).unwrap();
-    assert_eq!(&buf[8..24], &a.dev.gid().0, "GRH SGID");
-    assert_eq!(&buf[24..40], &b.dev.gid().0, "GRH DGID");
+    // RoCEv2 over IPv4 (rxe_resp.c): 20 zero bytes, then the datagram's IPv4 header — version
+    // 4, IHL 5, total length 20 + 8 + BTH 12 + DETH 8 + 100 + ICRC 4, TTL 64, UDP, a valid
+    // checksum, the sender's and the receiver's addresses.
+    assert_eq!(&buf[..20], &[0; 20]);
+    let ip = &buf[20..40];
+    assert_eq!(ip[0], 0x45);
+    assert_eq!(
+        u16::from_be_bytes([ip[2], ip[3]]),
+        20 + 8 + 12 + 8 + 100 + 4
+    );
+    assert_eq!((ip[8], ip[9]), (64, 17));
+    let sum = ip
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    assert_eq!((sum & 0xFFFF) + (sum >> 16), 0xFFFF, "IPv4 header checksum");
+    assert_eq!(&ip[12..16], &a.dev.gid().0[12..], "source address");
+    assert_eq!(&ip[16..20], &b.dev.gid().0[12..], "destination address");
     assert_eq!(&buf[40..], &data[..]);
 }
 

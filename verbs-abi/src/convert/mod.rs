@@ -5,15 +5,18 @@
 //! crate forbids): a conversion that needs a union member takes it as an argument.
 //!
 //! Files: `qp` (QP capacities, address vectors, attributes, types), `device` (device and
-//! port attributes), `work` (work completions), `sockaddr` (socket addresses). Everything is
+//! port attributes), `work` (work completions), `sockaddr` (socket addresses), `grh` (the
+//! address vector back to a UD datagram's sender, `ibv_init_ah_from_wc`). Everything is
 //! re-exported here.
 
 mod device;
+mod grh;
 mod qp;
 mod sockaddr;
 mod work;
 
 pub use device::*;
+pub use grh::*;
 pub use qp::*;
 pub use sockaddr::*;
 pub use work::*;
