@@ -407,11 +407,9 @@ impl Lobby {
 /// runs. Teardown errors change nothing: the id is gone either way.
 fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
     if let (Some(why), None) = (why, &c.established) {
-        // The REJ goes where the REP went, even if a flood of other sources evicted the
-        // learned route since.
-        let host = cx.ep.inner_mut().host_mut();
-        host.nic_mut().learn_peer_addr(Gid::from_ip(c.ip), c.peer);
-        let (cm, dev) = host.split();
+        // The REJ goes where the REP went: the route of a GID with a handshake in progress
+        // neither moves nor is evicted (`rnic_sim::peers`).
+        let (cm, dev) = cx.ep.inner_mut().host_mut().split();
         let _ = cm.reject(dev, cx.now, c.id, why.as_bytes());
     }
     let (cm, dev) = cx.ep.inner_mut().host_mut().split();

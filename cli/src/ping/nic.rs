@@ -138,7 +138,13 @@ impl PingNic for SimNic {
                 "nic.foreign_socket",
                 self.datagram_counters().rx_foreign_socket,
             ),
+            ("nic.route_in_use", self.peers().counters().route_in_use),
+            (
+                "nic.candidates_discarded",
+                self.peers().counters().candidates_discarded,
+            ),
             ("nic.peers_evicted", self.peers().evicted()),
+            ("nic.peers_refused", self.peers().counters().refused_full),
             ("rnic.malformed", c.malformed),
             ("rnic.bad_pkey", c.bad_pkey),
             ("rnic.unknown_qp", c.unknown_qp),

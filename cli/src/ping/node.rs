@@ -72,8 +72,9 @@ pub struct Node<N: PingNic = SimNic> {
 
 impl<N: PingNic> Node<N> {
     /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
-    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
-    /// learned from the wire ([`Host::set_learn_peers`]). `capture` records every datagram as
+    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); a peer's
+    /// socket is learned from the wire once the CM accepted a MAD from it (the host's route
+    /// rule, `rnic_testbed::host`). `capture` records every datagram as
     /// it crosses the fault layer (`--pcap`, [`FaultyEndpoint::set_capture`]).
     ///
     /// # Errors
@@ -115,7 +116,6 @@ impl<N: PingNic> Node<N> {
             cfg.path_mtu = cfg.path_mtu.min(max);
         }
         let mut host = Host::new(nic, cfg)?;
-        host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
         // The drop decisions depend on the seed and each datagram ([`super::drops`]), not on
         // the socket as the identifiers do.
