@@ -8,11 +8,12 @@
 //! Modules: [`abi`] (the C structs, laid out as rdma-core's headers on x86-64: the crate
 //! `verbs-abi`, re-exported; its `tests/layout.rs` checks them), `ffi` (the `extern "C"` entry
 //! points: the only module with `unsafe`), `runtime` (the process's simulated RNIC, its progress thread and object tables: safe code),
-//! [`config`] (the environment), [`calls`] (the C entry points called from safe Rust, in
+//! [`config`] (the environment), [`mappings`] (what `ibv_reg_mr` may register), [`calls`] (the C entry points called from safe Rust, in
 //! process: the fuzz target `capi_calls`; its `unsafe` is in `ffi`).
 
 pub use verbs_abi as abi;
 pub mod config;
+pub mod mappings;
 #[allow(unsafe_code)] // the one module that may: see its docs
 mod ffi;
 pub mod runtime;
