@@ -112,11 +112,20 @@ mod tests {
             check_in(MAPS, 0x1000_2800, 0x1000, false),
             Err(Unfit::Protection)
         );
-        assert_eq!(check_in(MAPS, 0x1000_4000, 0x2000, true), Err(Unfit::Unmapped));
+        assert_eq!(
+            check_in(MAPS, 0x1000_4000, 0x2000, true),
+            Err(Unfit::Unmapped)
+        );
         assert_eq!(check_in(MAPS, 0x2000_0000, 1, false), Err(Unfit::Unmapped));
         assert_eq!(check_in(MAPS, 0x0040_0000, 16, false), Ok(()));
-        assert_eq!(check_in(MAPS, 0x0040_0000, 16, true), Err(Unfit::Protection));
-        assert_eq!(check_in(MAPS, u64::MAX - 5, 10, false), Err(Unfit::Unmapped));
+        assert_eq!(
+            check_in(MAPS, 0x0040_0000, 16, true),
+            Err(Unfit::Protection)
+        );
+        assert_eq!(
+            check_in(MAPS, u64::MAX - 5, 10, false),
+            Err(Unfit::Unmapped)
+        );
     }
 
     #[test]

@@ -743,9 +743,7 @@ impl SimQp {
             } else {
                 orig.wrapping_add(a.swap_add)
             };
-            e.memory
-                .write(off, &new.to_le_bytes())
-                .ok_or_else(gone)?;
+            e.memory.write(off, &new.to_le_bytes()).ok_or_else(gone)?;
             self.push_resource(RdRes::Atomic { psn, orig });
             self.resp.msn = psn_add(self.resp.msn, 1);
             self.resp.psn = psn_add(psn, 1);

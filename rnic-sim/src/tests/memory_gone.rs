@@ -79,7 +79,10 @@ fn a_remote_write_into_memory_unmapped_after_registration_is_rem_access_err() {
     pump(&mut a, &mut b);
     assert_eq!(completions(&mut a, true), [(1, WcStatus::RemAccessErr)]);
     // The responder's QP went to ERR (a class C error, as for a bad rkey).
-    assert_eq!(b.dev.query_qp(b.qp.handle).unwrap().0.qp_state, QpState::Err);
+    assert_eq!(
+        b.dev.query_qp(b.qp.handle).unwrap().0.qp_state,
+        QpState::Err
+    );
 }
 
 #[test]
