@@ -56,9 +56,12 @@ fn forgeries(from: SocketAddr, to: SocketAddr, qpn: u32) -> Vec<Bytes> {
     })
     .encode(0x42, 0)
     .unwrap();
-    let mad = encode(&gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&dreq)), &flow)
-        .unwrap()
-        .freeze();
+    let mad = encode(
+        &gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&dreq)),
+        &flow,
+    )
+    .unwrap()
+    .freeze();
     let send = encode(
         &Packet::bare(Opcode::RcSendOnly, qpn, 0, Bytes::from_static(&[0xa5; 64])),
         &flow,
@@ -79,17 +82,25 @@ fn a_datagram_from_the_clients_ip_on_another_port_does_not_end_an_rping_session(
     let count = "3000";
     let mut server = Program::new(
         &server_ip,
-        &["rping", "-s", "-a", &server_ip, "-p", &port, "-v", "-C", count],
+        &[
+            "rping", "-s", "-a", &server_ip, "-p", &port, "-v", "-C", count,
+        ],
     );
     server.env = vec![("RUST_LOG".into(), LISTEN_LOG.into())];
     let client = Program::new(
         &net.client_ip(),
-        &["rping", "-c", "-a", &server_ip, "-p", &port, "-v", "-V", "-C", count],
+        &[
+            "rping", "-c", "-a", &server_ip, "-p", &port, "-v", "-V", "-C", count,
+        ],
     );
     let mut s = Running::spawn("server", &server).unwrap();
-    wait_for(&mut s, "rdma_listen", |s| s.stderr_text().contains(LISTEN_MARKER));
+    wait_for(&mut s, "rdma_listen", |s| {
+        s.stderr_text().contains(LISTEN_MARKER)
+    });
     let mut c = Running::spawn("client", &client).unwrap();
-    wait_for(&mut c, "ping 20", |c| c.stdout_text().contains("rdma-ping-20:"));
+    wait_for(&mut c, "ping 20", |c| {
+        c.stdout_text().contains("rdma-ping-20:")
+    });
     // The attacker: the client's IP, another port, at the server's RoCEv2 socket.
     let attacker = UdpSocket::bind((net.client_ip().as_str(), 5555)).unwrap();
     let to: SocketAddr = format!("{server_ip}:{ROCE}").parse().unwrap();
@@ -162,9 +173,12 @@ fn junk(to: SocketAddr, n: u32) {
         let from = s.local_addr().unwrap();
         let bytes = if i % 8 == 0 {
             let req = rnic_cli_req(from, to, i);
-            encode(&gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&req)), &Flow::new(from, to))
-                .unwrap()
-                .freeze()
+            encode(
+                &gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&req)),
+                &Flow::new(from, to),
+            )
+            .unwrap()
+            .freeze()
         } else {
             x ^= x << 13;
             x ^= x >> 7;
@@ -224,7 +238,9 @@ fn junk_from_many_spoofed_sources_leaves_an_idle_rping_server_bounded() {
         ("RNIC_STATS".into(), "1".into()),
     ];
     let mut s = Running::spawn("server", &server).unwrap();
-    wait_for(&mut s, "rdma_listen", |s| s.stderr_text().contains(LISTEN_MARKER));
+    wait_for(&mut s, "rdma_listen", |s| {
+        s.stderr_text().contains(LISTEN_MARKER)
+    });
     let pid = s_pid(&s);
     let before = rss_kb(pid);
     let start = Instant::now();
