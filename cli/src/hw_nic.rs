@@ -132,6 +132,11 @@ impl HwNic {
         }
     }
 
+    /// Keeps up to `n` routes learned from the wire ([`PeerTable::set_capacity`]).
+    pub fn set_route_capacity(&mut self, n: usize) {
+        self.peers.set_capacity(n);
+    }
+
     /// The CM socket's datagram counters (decode errors include datagrams that were not a
     /// MAD for QP1).
     pub fn datagram_counters(&self) -> NicCounters {

@@ -210,6 +210,11 @@ impl SimNic {
         &self.peers
     }
 
+    /// Sets how many routes learned from the wire the NIC keeps ([`PeerTable::set_capacity`]).
+    pub fn set_route_capacity(&mut self, n: usize) {
+        self.peers.set_capacity(n);
+    }
+
     /// Turns ICRC checking of received datagrams on (default) or off.
     pub fn set_check_icrc(&mut self, on: bool) {
         self.check_icrc = on;

@@ -29,6 +29,10 @@ use verbs_core::Gid;
 /// The default bound on learned entries.
 pub const DEFAULT_LEARNED_PEERS: usize = 4096;
 
+/// The most entries in use that learning one route skips over (refreshing them) before it gives
+/// up: the table full of routes in use refuses the new one at a bounded cost.
+pub const MAX_IN_USE_SKIPPED: usize = 64;
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     addr: SocketAddr,
@@ -113,6 +117,13 @@ impl PeerTable {
     /// The bound on learned entries.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Changes the bound on learned entries (at least 1); entries above it go as new ones are
+    /// learned. A server that runs many handshakes at once needs a route for each
+    /// (`rnic ping`'s lobby).
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1);
     }
 
     /// Entries of either kind.
@@ -261,12 +272,13 @@ impl PeerTable {
     }
 
     /// Makes room for one more learned entry: evicts the least recently learned entries not in
-    /// use; those in use are refreshed (they stay, as the newest). False when every learned
-    /// entry is in use.
+    /// use; those in use are refreshed (they stay, as the newest). False when the
+    /// [`MAX_IN_USE_SKIPPED`] oldest entries are all in use (a bounded cost per datagram
+    /// whatever the table holds).
     fn make_room(&mut self, in_use: &dyn Fn(Gid) -> bool) -> bool {
         let mut looked = 0;
         while self.by_age.len() >= self.capacity {
-            if looked >= self.by_age.len() {
+            if looked >= self.by_age.len().min(MAX_IN_USE_SKIPPED) {
                 return false;
             }
             looked += 1;

@@ -89,6 +89,9 @@ pub struct Candidate {
     /// A datagram came from `peer` since the handshake completed (a real client's first
     /// SEND): only such a candidate is served.
     pub heard: bool,
+    /// A datagram came from `peer` since its REQ (an RTU, a REQ retransmission, a SEND): a
+    /// real client's handshake, not evicted for a newer request.
+    pub spoke: bool,
 }
 
 /// What the lobby did with a CONNECT_REQUEST it could not take.
@@ -243,7 +246,7 @@ impl Lobby {
             self.evict(cx, other);
         }
         if self.candidates.len() >= self.size {
-            let Some(oldest) = self.oldest_running() else {
+            let Some(oldest) = self.oldest_running(cx) else {
                 // Every one is a real client waiting for its session: the newcomer waits.
                 return Err(Refusal::Wait(ev));
             };
@@ -299,6 +302,8 @@ impl Lobby {
         };
         self.by_ip.insert((ip, index), id);
         self.running.push_back(id);
+        // Quiet until its client sends something after the REQ (see `oldest_running`).
+        cx.ep.inner_mut().watch_quiet(peer);
         if self.running.len() > 2 * self.candidates.len() + 64 {
             // Compact the ids that left meanwhile.
             let live = &self.candidates;
@@ -319,6 +324,7 @@ impl Lobby {
                 cq,
                 t0: cx.now,
                 heard: false,
+                spoke: false,
             },
         );
         Ok(())
@@ -333,6 +339,11 @@ impl Lobby {
         };
         match ev.event {
             CmEventType::Established if c.established.is_none() => {
+                if !c.spoke {
+                    // No datagram since the REQ (ESTABLISHED through COMM_EST): one watch.
+                    cx.ep.inner_mut().forget_quiet(c.peer);
+                }
+                c.spoke = true;
                 cx.ep.inner_mut().watch_quiet(c.peer);
                 let nic = cx.ep.inner_mut().host_mut().nic_mut();
                 nic.set_peer_addr(Gid::from_ip(c.ip), c.peer);
@@ -372,18 +383,30 @@ impl Lobby {
         let _ = cm.notify(dev, now, id);
     }
 
-    /// The oldest candidate whose handshake still runs (dropping the ids met on the way that
-    /// left or completed).
-    fn oldest_running(&mut self) -> Option<CmIdHandle> {
+    /// The oldest candidate whose handshake still runs and whose client said nothing since
+    /// its REQ (dropping the ids met on the way that left or completed; one that spoke — a
+    /// real client whose RTU the socket lost, retrying its REQ or sending its first SEND — goes
+    /// to the back instead: it is not the one to evict).
+    fn oldest_running<N: PingNic>(&mut self, cx: &Ctx<'_, N>) -> Option<CmIdHandle> {
+        let mut spoke = 0;
         while let Some(&id) = self.running.front() {
-            if self
-                .candidates
-                .get(&id)
-                .is_some_and(|c| c.established.is_none())
-            {
+            let Some(c) = self.candidates.get_mut(&id) else {
+                self.running.pop_front();
+                continue;
+            };
+            if c.established.is_some() {
+                self.running.pop_front();
+                continue;
+            }
+            c.spoke |= !cx.ep.inner().is_quiet(c.peer);
+            if !c.spoke {
                 return Some(id);
             }
-            self.running.pop_front();
+            spoke += 1;
+            if spoke > self.running.len() {
+                return None;
+            }
+            self.running.rotate_left(1);
         }
         None
     }
@@ -489,7 +512,7 @@ fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
         let (cm, dev) = cx.ep.inner_mut().host_mut().split();
         let _ = cm.reject(dev, cx.now, c.id, why.as_bytes());
     }
-    if c.established.is_some() && !c.heard {
+    if (c.established.is_some() && !c.heard) || (c.established.is_none() && !c.spoke) {
         cx.ep.inner_mut().forget_quiet(c.peer);
     }
     let (cm, dev) = cx.ep.inner_mut().host_mut().split();

@@ -44,6 +44,10 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// nothing to do.
     fn set_window_bytes(&mut self, _bytes: u64) {}
 
+    /// Keeps up to `n` routes learned from the wire (one per client whose handshake the lobby
+    /// runs: a route refused would send its REP to the wrong socket).
+    fn set_route_capacity(&mut self, n: usize);
+
     /// Datagrams sent and received on the node's socket.
     fn datagram_counters(&self) -> NicCounters;
 
@@ -112,6 +116,10 @@ impl PingNic for SimNic {
 
     fn set_window_bytes(&mut self, bytes: u64) {
         self.device_mut().set_max_unacked_bytes(bytes);
+    }
+
+    fn set_route_capacity(&mut self, n: usize) {
+        SimNic::set_route_capacity(self, n);
     }
 
     fn datagram_counters(&self) -> NicCounters {
@@ -202,6 +210,10 @@ impl PingNic for HwNic {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn set_route_capacity(&mut self, n: usize) {
+        HwNic::set_route_capacity(self, n);
     }
 
     fn datagram_counters(&self) -> NicCounters {

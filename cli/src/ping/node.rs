@@ -110,6 +110,10 @@ impl<N: PingNic> Node<N> {
         }
         let mut nic = N::open(name, addr, wire, device)?;
         nic.set_window_bytes(buffers.rc_window_bytes());
+        // A route for every client a server's lobby may run a handshake with, and for those
+        // waiting in the CM's backlog and in `deferred`, with room to spare.
+        let recv_buffer = usize::try_from(buffers.recv).unwrap_or(usize::MAX);
+        nic.set_route_capacity(2 * lobby_size(recv_buffer, LISTEN_BACKLOG as usize));
         let pd = nic.device_mut().alloc_pd()?;
         let waiter = nic.event_waiter()?;
         let described = nic.describe();
@@ -167,7 +171,7 @@ impl<N: PingNic> Node<N> {
             refused: AtomicU64::new(0),
             deferred: Mutex::new(VecDeque::new()),
             lobby: Mutex::new(None),
-            recv_buffer: usize::try_from(buffers.recv).unwrap_or(usize::MAX),
+            recv_buffer,
             reported: Mutex::new(WireRecord::default()),
         })
     }
