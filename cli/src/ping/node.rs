@@ -112,7 +112,7 @@ impl<N: PingNic> Node<N> {
         nic.set_window_bytes(buffers.rc_window_bytes());
         // A route for every client a server's lobby may run a handshake with, and for those
         // waiting in the CM's backlog and in `deferred`, with room to spare.
-        let recv_buffer = usize::try_from(buffers.recv).unwrap_or(usize::MAX);
+        let recv_buffer = buffers.recv;
         nic.set_route_capacity(2 * lobby_size(recv_buffer, LISTEN_BACKLOG as usize));
         let pd = nic.device_mut().alloc_pd()?;
         let waiter = nic.event_waiter()?;
