@@ -18,7 +18,9 @@
 //! A real ping client sends its buffer info the moment it is connected (RNR-NAKed and retried
 //! until its session starts), so the server serves, among the completed handshakes, only a
 //! client it has heard from since; one that stays silent for the server's `--timeout` is
-//! disconnected (`ping.silent_clients`). Twenty silent ones cost a real client nothing.
+//! disconnected (`ping.silent_clients`). Twenty silent ones cost a real client nothing. (On a
+//! hardware RNIC the data does not cross the CM's socket: every completed handshake is served
+//! in order, as before.)
 //!
 //! The lobby's size follows the socket's receive buffer as the kernel granted it
 //! ([`lobby_size`]): a real client's RTU must be read before as many newer requests as the
@@ -344,7 +346,12 @@ impl Lobby {
                     cx.ep.inner_mut().forget_quiet(c.peer);
                 }
                 c.spoke = true;
-                cx.ep.inner_mut().watch_quiet(c.peer);
+                if N::ASYNC_COMPLETIONS {
+                    // A hardware RNIC's data does not cross this socket: nothing to hear.
+                    c.heard = true;
+                } else {
+                    cx.ep.inner_mut().watch_quiet(c.peer);
+                }
                 let nic = cx.ep.inner_mut().host_mut().nic_mut();
                 nic.set_peer_addr(Gid::from_ip(c.ip), c.peer);
                 c.held = true;
