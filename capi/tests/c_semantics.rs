@@ -45,6 +45,16 @@
 //!   `rdma_disconnect` puts its QP in ERR; the server gets DISCONNECTED with its QP still RTS,
 //!   its own `rdma_disconnect` flushes its 4 receives; the client gets DISCONNECTED; both get
 //!   TIMEWAIT_EXIT (status 0), as librdmacm passes it through.
+//! * `hostile_memory.c` (issue 25): `ibv_reg_mr` of a PROT_READ mapping with a writable access,
+//!   of a PROT_NONE mapping, of unmapped memory or a range running into a hole is NULL/EFAULT
+//!   (a read-only registration of PROT_READ memory succeeds); an RDMA WRITE or READ aimed at a
+//!   region the program unmapped (or made read-only) after registering it completes with
+//!   REM_ACCESS_ERR and the process lives on; `num_sge` = 2^30 is EINVAL for `ibv_post_send`
+//!   and `ibv_post_recv` with `*bad_wr` the WR (the list is not read), inline data past
+//!   `max_inline_data` is EINVAL, and a cyclic receive list fills the queue, then ENOMEM.
+//! * `fork_exit.c` (two processes): the client forks a child once connected; in the child
+//!   `ibv_alloc_pd` fails with ENODEV, and its `exit()` sends nothing: the server sees no event
+//!   for 500 ms, its QP stays RTS, and the client's next SEND arrives.
 //! * `cm_sync.c` (two processes): synchronous ids. `rdma_resolve_addr`/`rdma_resolve_route`
 //!   return once resolved with `id->event` ADDR_RESOLVED/ROUTE_RESOLVED; `rdma_connect` to a
 //!   port nobody listens on is -1/ECONNREFUSED with `id->event` REJECTED; `rdma_get_request`
@@ -100,7 +110,7 @@
 //! Each program prints `OK <check>` lines and exits 0, or prints `FAIL <check>: …` and exits 1;
 //! a test asserts the exit status and the exact set of `OK` lines, kills the program after
 //! 30 s, and shows both outputs on failure. Each test has its own RNIC address 127.0.N.1
-//! (N in 40..59, 70.., 92 for `ud_multicast.c`, 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
+//! (N in 32..59, 70.., 92 for `ud_multicast.c`, 111 for `rsocket.c`, 120 for `verbs_misc.c`; the forked client takes 127.0.N.2), so they run in parallel.
 //!
 //! Run:
 //!
@@ -609,6 +619,29 @@ fn extended_verbs() {
 }
 
 #[test]
+fn hostile_memory_and_post_arguments() {
+    check(
+        "hostile_memory",
+        32,
+        &[],
+        &[
+            "reg_mr_remote_write_on_prot_read_is_efault",
+            "reg_mr_read_only_on_prot_read_succeeds",
+            "reg_mr_on_prot_none_is_efault",
+            "reg_mr_on_unmapped_memory_is_efault",
+            "remote_write_into_memory_unmapped_after_registration_is_rem_access_err",
+            "remote_read_of_memory_unmapped_after_registration_is_rem_access_err",
+            "remote_write_into_memory_made_read_only_is_rem_access_err",
+            "post_send_num_sge_2_30_is_einval_unread",
+            "post_recv_num_sge_2_30_is_einval_unread",
+            "inline_longer_than_max_inline_is_einval",
+            "a_cyclic_recv_list_fills_the_queue_then_enomem",
+            "alive_after_all",
+        ],
+    );
+}
+
+#[test]
 fn rsockets_two_processes() {
     check(
         "rsocket",
@@ -640,6 +673,26 @@ fn rsockets_two_processes() {
             "client_connect",
             "client_riowrite",
             "client_half_close_still_receives",
+            "client_exit_status",
+        ],
+    );
+}
+
+#[test]
+fn a_forked_childs_exit_disconnects_nothing() {
+    check(
+        "fork_exit",
+        33,
+        &[("RNIC_FAST_TIMERS", "1")],
+        &[
+            "server_accept",
+            "client_connect",
+            "client_a_forked_child_may_not_use_the_library_and_exits_quietly",
+            "server_nothing_when_the_clients_child_exits",
+            "server_the_connection_still_carries_a_send",
+            "client_send_after_the_childs_exit",
+            "client_disconnect",
+            "server_disconnected_by_the_client",
             "client_exit_status",
         ],
     );

@@ -8,16 +8,19 @@
 //! `sources` loopback addresses in turn (`first_source`, the next one, …; any 127/8 address
 //! is local on Linux). With `ping_shaped` the REQ's private data also carries
 //! a valid `rnic ping` client's parameters, so a ping server cannot refuse it on its contents:
-//! the worst case, a phantom client. The flood only sends; it never reads its sockets.
+//! the worst case, a phantom client. The flood only sends; it never reads its sockets —
+//! unless `complete`: then each phantom waits for its REP and answers with the RTU, completing
+//! the handshake, and is silent from then on (a client that connected and went away: what a
+//! server must not wait for, issue 25).
 
 use crate::ping::params::Params;
 use crate::ping::{DisconnectBy, PingOp};
 use bytes::Bytes;
-use cm_core::engine::{CmConfig, CmEngine, ReqParams};
+use cm_core::engine::{CmConfig, CmEngine, IbCmEventKind, IbCmId, ReqParams};
 use cm_core::wire::{ip_service_id, IpCmHeader, RdmaPortSpace};
 use rnic_sim::rng::Rng;
-use rnic_sim::roce::{encode, Flow};
-use rnic_sim::{gsi_packet, GSI_QPN};
+use rnic_sim::roce::{decode_bytes, encode, Flow};
+use rnic_sim::{gsi_packet, gsi_payload, GSI_QPN};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -53,6 +56,10 @@ pub struct FloodOptions {
     /// REQs per second at most (0: as fast as the sockets take them).
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Complete each handshake: wait (up to 2 s) for the REP and send the RTU, then stay
+    /// silent (a phantom that connected). One REQ at a time.
+    #[arg(long)]
+    pub complete: bool,
 }
 
 /// What was sent.
@@ -67,6 +74,8 @@ pub struct FloodReport {
     pub unreachable: u64,
     /// REQs the kernel refused for another reason (e.g. ENOBUFS).
     pub send_errors: u64,
+    /// Handshakes completed (RTU sent), with `complete`.
+    pub completed: u64,
     /// Wall time of the flood.
     pub elapsed: Duration,
 }
@@ -103,7 +112,7 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
     });
     let mut open: BTreeMap<u32, UdpSocket> = BTreeMap::new();
     let start = Instant::now();
-    let (mut sent, mut unreachable, mut send_errors) = (0, 0, 0);
+    let (mut sent, mut unreachable, mut send_errors, mut completed) = (0, 0, 0, 0);
     for i in 0..opts.count {
         if opts.rate > 0 && i % 16 == 0 {
             // Paced in steps of 16 REQs (a burst of hundreds would overflow the target's
@@ -126,11 +135,17 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
             &fresh
         };
         let from = socket.local_addr()?;
-        let datagram = req_datagram(&mut cm, &mut rng, from, opts.target, opts.ping_shaped)?;
+        let (id, datagram) = req_datagram(&mut cm, &mut rng, from, opts.target, opts.ping_shaped)?;
         match socket.send(&datagram) {
             Ok(_) => sent += 1,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => unreachable += 1,
             Err(_) => send_errors += 1,
+        }
+        if opts.complete {
+            completed += u64::from(complete(&mut cm, id, socket, opts.target)?);
+        } else {
+            cm.destroy_id(SimTime::ZERO, id);
+            while cm.poll_transmit().is_some() {}
         }
     }
     Ok(FloodReport {
@@ -138,8 +153,59 @@ pub fn run(opts: &FloodOptions) -> std::io::Result<FloodReport> {
         sources: u32::try_from(opts.count).map_or(sources, |c| c.min(sources)),
         unreachable,
         send_errors,
+        completed,
         elapsed: start.elapsed(),
     })
+}
+
+/// Waits (2 s at most) on `socket` for the REP of `id`'s REQ and sends the RTU; true if it did.
+#[allow(clippy::disallowed_methods)] // a driver: a real socket and the wall clock for its wait
+fn complete(
+    cm: &mut CmEngine,
+    id: IbCmId,
+    socket: &UdpSocket,
+    target: SocketAddr,
+) -> std::io::Result<bool> {
+    let from = socket.local_addr()?;
+    socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut buf = vec![0u8; 4096];
+    while Instant::now() < deadline {
+        let n = match socket.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        let bytes = Bytes::copy_from_slice(buf.get(..n).unwrap_or(&[]));
+        let Ok(packet) = decode_bytes(&bytes, &Flow::new(target, from), true) else {
+            continue;
+        };
+        let Ok(d) = gsi_payload(Gid::from_ip(target.ip()), packet) else {
+            continue;
+        };
+        cm.handle_datagram(SimTime::ZERO, d.src, &d.payload);
+        while cm.poll_transmit().is_some() {}
+        let rep = std::iter::from_fn(|| cm.poll_event())
+            .any(|e| e.id == id && matches!(e.kind, IbCmEventKind::RepReceived(_)));
+        if rep && cm.send_rtu(id, &[]).is_ok() {
+            if let Some((_, mad)) = cm.poll_transmit() {
+                let packet = gsi_packet(GSI_QPN, 1, Bytes::copy_from_slice(&mad));
+                let bytes = encode(&packet, &Flow::new(from, target)).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+                })?;
+                socket.send(&bytes)?;
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 fn bind(ip: Ipv4Addr, target: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -150,14 +216,15 @@ fn bind(ip: Ipv4Addr, target: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// One REQ from `from` to `to`'s listener, framed as the simulated RNIC's QP1 frames it: the
-/// REQ `cm` sends for a fresh id (the id is destroyed at once; what that sends is dropped).
+/// REQ `cm` sends for a fresh id, returned with the id (the caller destroys it, or completes
+/// its handshake).
 fn req_datagram(
     cm: &mut CmEngine,
     rng: &mut Rng,
     from: SocketAddr,
     to: SocketAddr,
     ping_shaped: bool,
-) -> std::io::Result<Bytes> {
+) -> std::io::Result<(IbCmId, Bytes)> {
     let hdr = IpCmHeader {
         src_port: from.port(),
         src_addr: from.ip(),
@@ -191,12 +258,10 @@ fn req_datagram(
     let id = cm.create_id();
     let sent = cm.send_req(SimTime::ZERO, id, &req);
     let mad = cm.poll_transmit().map(|(_, mad)| mad);
-    cm.destroy_id(SimTime::ZERO, id);
-    while cm.poll_transmit().is_some() {}
     sent.map_err(|e| invalid(format!("the REQ: {e}")))?;
     let mad = mad.ok_or_else(|| invalid("the CM sent no REQ".into()))?;
     let packet = gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&mad));
     encode(&packet, &Flow::new(from, to))
-        .map(|b| b.freeze())
+        .map(|b| (id, b.freeze()))
         .map_err(|e| invalid(format!("encoding the RoCEv2 packet: {e}")))
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use rnic_hw::HwDevice;
 use rnic_sim::fabric::Endpoint;
 use rnic_sim::nic::{Capture, Captured, NicCounters};
-use rnic_sim::peers::PeerTable;
+use rnic_sim::peers::{Admission, PeerTable};
 use rnic_sim::roce::{decode_bytes, encode, Flow};
 use rnic_sim::{gsi_packet, gsi_payload, psn_add, GSI_QPN};
 use rnic_testbed::host::Nic;
@@ -81,47 +81,42 @@ impl HwNic {
     }
 
     /// The CM socket's refusals by reason: undecodable datagrams, datagrams that were not a
-    /// MAD for QP1, learned peers dropped to keep the table bounded.
+    /// MAD for QP1, datagrams from an unknown socket, and the route decisions
+    /// (`rnic_sim::peers`).
     pub fn drop_counters(&self) -> Vec<(&'static str, u64)> {
+        let r = self.peers.counters();
         vec![
             ("nic.undecodable", self.counters.rx_decode_errors),
             ("nic.not_gsi", self.not_gsi),
             ("nic.foreign_socket", self.counters.rx_foreign_socket),
-            ("nic.peers_evicted", self.peers.evicted()),
+            ("nic.route_in_use", r.route_in_use),
+            ("nic.candidates_discarded", r.candidates_discarded),
+            ("nic.peers_evicted", r.evicted),
+            ("nic.peers_refused", r.refused_full),
             ("pcap.not_captured", self.capture.not_captured()),
         ]
     }
 
-    /// The CM socket's datagram counters (decode errors include datagrams that were not a
-    /// MAD for QP1).
-    pub fn datagram_counters(&self) -> NicCounters {
-        NicCounters {
-            rx_decode_errors: self.counters.rx_decode_errors + self.not_gsi,
-            ..self.counters
-        }
-    }
-}
-
-impl Endpoint for HwNic {
-    /// A MAD from a peer's CM socket: decoded (ICRC checked) and handed to the device's GSI
-    /// queue; anything else is counted and dropped.
-    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+    /// [`Nic::receive`]: a MAD from a peer's CM socket, decoded (ICRC checked), admitted by its
+    /// socket as the simulated NIC admits it (`rnic_sim::peers`: only the CM can use a GID
+    /// here, the device's QPs are the kernel's), and handed to the device's GSI queue;
+    /// anything else is counted and dropped.
+    fn take(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes, cm_uses: &dyn Fn(Gid) -> bool) {
         let flow = Flow::new(src, self.addr);
         self.capture.record(now, flow, &bytes);
         let Ok(packet) = decode_bytes(&bytes, &flow, true) else {
             self.counters.rx_decode_errors += 1;
             return;
         };
-        let gid = self
-            .peers
-            .gid(src)
-            .unwrap_or_else(|| Gid::from_ip(src.ip()));
-        // As on the simulated NIC: a peer speaks from the one socket its GID is routed to.
-        if Nic::peer_addr(self, gid) != src {
-            self.counters.rx_foreign_socket += 1;
-            return;
-        }
-        if packet.bth.dest_qp != GSI_QPN {
+        let gsi = packet.bth.dest_qp == GSI_QPN;
+        let gid = match self.peers.admit(src, self.addr.port(), gsi, cm_uses) {
+            Admission::Known(g) | Admission::Candidate(g) => g,
+            Admission::Refused(_) => {
+                self.counters.rx_foreign_socket += 1;
+                return;
+            }
+        };
+        if !gsi {
             self.not_gsi += 1;
             return;
         }
@@ -135,6 +130,27 @@ impl Endpoint for HwNic {
             }
             Err(_) => self.not_gsi += 1,
         }
+    }
+
+    /// Keeps up to `n` routes learned from the wire ([`PeerTable::set_capacity`]).
+    pub fn set_route_capacity(&mut self, n: usize) {
+        self.peers.set_capacity(n);
+    }
+
+    /// The CM socket's datagram counters (decode errors include datagrams that were not a
+    /// MAD for QP1).
+    pub fn datagram_counters(&self) -> NicCounters {
+        NicCounters {
+            rx_decode_errors: self.counters.rx_decode_errors + self.not_gsi,
+            ..self.counters
+        }
+    }
+}
+
+impl Endpoint for HwNic {
+    /// [`Nic::receive`] with no CM (a candidate is never confirmed).
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        self.take(now, src, bytes, &|_| false);
     }
 
     /// The next MAD the CM sent, framed as a UD SEND to the peer's QP1.
@@ -186,8 +202,22 @@ impl Nic for HwNic {
         self.peers.set(gid, addr);
     }
 
-    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
-        self.peers.learn(gid, addr);
+    fn receive(
+        &mut self,
+        now: SimTime,
+        src: SocketAddr,
+        bytes: Bytes,
+        cm_uses: &dyn Fn(Gid) -> bool,
+    ) {
+        self.take(now, src, bytes, cm_uses);
+    }
+
+    fn candidate(&self) -> Option<Gid> {
+        self.peers.candidate().map(|(g, _)| g)
+    }
+
+    fn settle_candidate(&mut self, accepted: bool, cm_uses: &dyn Fn(Gid) -> bool) {
+        self.peers.settle(|_| accepted, cm_uses);
     }
 
     fn release_peer(&mut self, gid: Gid) {

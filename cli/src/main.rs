@@ -371,6 +371,12 @@ fn main() -> ExitCode {
                 if r.send_errors > 0 {
                     emit(&format!("{} refused by the kernel\n", r.send_errors));
                 }
+                if opts.complete {
+                    emit(&format!(
+                        "{} handshakes completed (RTU sent), then silent\n",
+                        r.completed
+                    ));
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

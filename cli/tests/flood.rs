@@ -129,3 +129,47 @@ fn a_real_client_connects_during_and_after_a_flood_of_phantom_clients() {
         "server RSS grew from {before} kB to {peak} kB"
     );
 }
+
+/// Phantoms that complete their handshake (REQ, REP, RTU) and then say nothing hold no real
+/// client up (issue 25: 84 s behind 20 of them before): the server serves only a client it
+/// has heard from since its handshake completed, so a client started right after twenty of
+/// them passes within a `--timeout` of 5 s.
+#[test]
+fn a_real_client_behind_twenty_silent_phantoms_is_served_at_once() {
+    let mut server = Killed(
+        Command::new(RNIC)
+            .args(["ping", "--listen", "127.0.35.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(server.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = listening_addr(&line).unwrap();
+    let phantoms = Command::new(RNIC)
+        .args(["flood", "--target", &addr.to_string(), "--ping-shaped"])
+        .args(["--complete", "--count", "20", "--sources", "20"])
+        .args(["--first-source", "127.35.0.1"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&phantoms.stdout);
+    assert!(
+        said.contains("20 handshakes completed"),
+        "the phantoms did not all connect:\n{said}"
+    );
+    let start = std::time::Instant::now();
+    let out = Command::new(RNIC)
+        .args(["ping", "--connect", &addr.to_string(), "--count", "3"])
+        .args(["--timeout", "5"])
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("verdict: PASS"),
+        "the client behind 20 silent phantoms failed after {took:?}:\n{text}"
+    );
+    assert!(took.as_secs() < 5, "the client took {took:?}");
+}

@@ -719,11 +719,25 @@ impl Cma {
 
     /// Takes every MAD waiting on the GSI endpoint and processes it.
     pub fn poll_gsi(&mut self, gsi: &mut dyn GsiEndpoint, now: SimTime) {
+        self.poll_gsi_with(gsi, now, &mut |_, _| {});
+    }
+
+    /// [`poll_gsi`](Self::poll_gsi), telling `verdict` for each MAD its sender and whether
+    /// the CM accepted it ([`CmEngine::handle_datagram`]'s verdict; false when the device
+    /// was removed).
+    pub fn poll_gsi_with(
+        &mut self,
+        gsi: &mut dyn GsiEndpoint,
+        now: SimTime,
+        verdict: &mut dyn FnMut(Gid, bool),
+    ) {
         while let Some(d) = gsi.gsi_recv() {
             if self.device_removed {
+                verdict(d.peer, false);
                 continue;
             }
-            self.engine.handle_datagram(now, d.peer, &d.mad);
+            let accepted = self.engine.handle_datagram(now, d.peer, &d.mad);
+            verdict(d.peer, accepted);
             self.flush(gsi, now);
         }
     }

@@ -727,6 +727,23 @@ impl RdmaCm {
         self.cma.poll_gsi(dev, now);
     }
 
+    /// [`poll_gsi`](Self::poll_gsi), with each MAD's sender and whether the CM accepted it
+    /// ([`Cma::poll_gsi_with`]): what a NIC needs to confirm a route to a new socket.
+    pub fn poll_gsi_with(
+        &mut self,
+        dev: &mut dyn CmDevice,
+        now: SimTime,
+        verdict: &mut dyn FnMut(Gid, bool),
+    ) {
+        self.cma.poll_gsi_with(dev, now, verdict);
+    }
+
+    /// Whether an id has a connection with `gid` in progress ([`CmEngine::peer_in_use`]):
+    /// its route must not move.
+    pub fn peer_in_use(&self, gid: Gid) -> bool {
+        self.cma.engine().peer_in_use(gid)
+    }
+
     /// Runs the CM timers due at `now`.
     pub fn handle_timeout(&mut self, dev: &mut dyn CmDevice, now: SimTime) {
         self.cma.handle_timeout(dev, now);

@@ -44,6 +44,11 @@ use std::sync::Arc;
 ///
 /// * `len` does not change while the region is registered.
 /// * `read`/`write` do not panic for in-bounds arguments and do not call back into the device.
+/// * `read`/`write` return false when the memory could not be accessed (the application
+///   unmapped it or took away the protection since it was registered): then some or none of
+///   the bytes were copied, and the device treats the access as it treats one outside the
+///   region — an error completion, a NAK (docs/capi.md, "Memory unmapped after
+///   registration"). They never fault.
 ///
 /// # Sharing
 ///
@@ -61,12 +66,24 @@ pub trait ExternalMemory: Send + Sync + fmt::Debug {
     }
 
     /// Copies `buf.len()` bytes starting at byte `offset` into `buf`. The device guarantees
-    /// `offset + buf.len() <= len()`.
-    fn read(&self, offset: usize, buf: &mut [u8]);
+    /// `offset + buf.len() <= len()`. False when the memory could not be read (`buf` then
+    /// holds unspecified bytes).
+    fn read(&self, offset: usize, buf: &mut [u8]) -> bool;
 
     /// Copies `data` to the memory starting at byte `offset`. The device guarantees
-    /// `offset + data.len() <= len()`.
-    fn write(&self, offset: usize, data: &[u8]);
+    /// `offset + data.len() <= len()`. False when the memory could not be written (part of
+    /// `data` may have been).
+    fn write(&self, offset: usize, data: &[u8]) -> bool;
+
+    /// Whether `len` bytes at `offset` can be read now, without reading them all: what the
+    /// device asks before it commits to reading them later, when their packet leaves (a
+    /// SEND/WRITE payload when its WQE starts, a READ response when the request is taken), so
+    /// that memory already gone gives an error completion rather than a payload read
+    /// afterwards. The default (memory that cannot go away) is always true.
+    fn readable(&self, offset: usize, len: usize) -> bool {
+        let _ = (offset, len);
+        true
+    }
 }
 
 /// The largest alignment of device-owned bytes: a page, as the region's virtual address.
@@ -165,15 +182,25 @@ impl MrMemory {
         offset.checked_add(n).filter(|&end| end <= self.len())
     }
 
-    /// Copies `buf.len()` bytes at `offset` into `buf`; `None` (nothing read) when the range
-    /// leaves the backing.
+    /// Copies `buf.len()` bytes at `offset` into `buf`; `None` when the range leaves the
+    /// backing (nothing read) or external memory could not be read.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Option<()> {
         let end = self.end(offset, buf.len())?;
         match self {
             MrMemory::Owned(v) => copy::copy(buf, v.as_slice().get(offset..end)?),
-            MrMemory::External { memory, .. } => memory.read(offset, buf),
+            MrMemory::External { memory, .. } => memory.read(offset, buf).then_some(())?,
         }
         Some(())
+    }
+
+    /// Whether the `n` bytes at `offset` lie inside the backing and can be read now
+    /// ([`ExternalMemory::readable`]).
+    pub fn readable(&self, offset: usize, n: usize) -> bool {
+        self.end(offset, n).is_some()
+            && match self {
+                MrMemory::Owned(_) => true,
+                MrMemory::External { memory, .. } => n == 0 || memory.readable(offset, n),
+            }
     }
 
     /// Appends the `n` bytes at `offset` to `out` (one copy for an owned backing; a gather
@@ -186,7 +213,10 @@ impl MrMemory {
             MrMemory::External { memory, .. } => {
                 let start = out.len();
                 out.resize(start + n, 0);
-                memory.read(offset, out.get_mut(start..)?);
+                if !memory.read(offset, out.get_mut(start..)?) {
+                    out.truncate(start);
+                    return None;
+                }
             }
         }
         Some(())
@@ -206,12 +236,13 @@ impl MrMemory {
         })
     }
 
-    /// Copies `data` to `offset`; `None` (nothing written) when the range leaves the backing.
+    /// Copies `data` to `offset`; `None` when the range leaves the backing (nothing written)
+    /// or external memory could not be written.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Option<()> {
         let end = self.end(offset, data.len())?;
         match self {
             MrMemory::Owned(v) => copy::copy(v.as_mut_slice().get_mut(offset..end)?, data),
-            MrMemory::External { memory, .. } => memory.write(offset, data),
+            MrMemory::External { memory, .. } => memory.write(offset, data).then_some(())?,
         }
         Some(())
     }
@@ -243,7 +274,10 @@ impl Source<'_> {
         }
     }
 
-    /// Appends the bytes to `out`: one copy, straight from the backing.
+    /// Appends the bytes to `out`: one copy, straight from the backing. External memory that
+    /// can no longer be read (unmapped since the device checked it was readable, when the
+    /// packet's WQE started or its READ was taken) gives zero bytes: the packet is already
+    /// committed to the wire (docs/capi.md, "Memory unmapped after registration").
     pub fn append_to(&self, out: &mut BytesMut) {
         match *self {
             Source::Slice(s) => copy::append(out, s),
@@ -255,7 +289,9 @@ impl Source<'_> {
                 let at = out.len();
                 out.resize(at + len, 0);
                 if let Some(dst) = out.get_mut(at..) {
-                    memory.read(offset, dst);
+                    if !memory.read(offset, dst) {
+                        dst.fill(0);
+                    }
                 }
             }
         }

@@ -372,8 +372,9 @@ impl MrTable {
     }
 
     /// Checks that every SGE of a list is readable local memory of `pd` (a SEND/WRITE source:
-    /// lkey, PD, bounds; the checks of [`gather`](Self::gather)), without reading.
-    /// Zero-length SGEs are not checked.
+    /// lkey, PD, bounds; the checks of [`gather`](Self::gather), and that external memory can
+    /// still be read, [`ExternalMemory::readable`](crate::ExternalMemory::readable)), without
+    /// reading. Zero-length SGEs are not checked.
     pub fn check_readable(&self, pd: u32, sges: &[Sge]) -> bool {
         sges.iter().filter(|s| s.length > 0).all(|s| {
             self.check_local(
@@ -383,8 +384,16 @@ impl MrTable {
                 u64::from(s.length),
                 AccessFlags::empty(),
             )
-            .is_some()
+            .is_some_and(|(h, off)| self.readable(h, off, s.length as usize))
         })
+    }
+
+    /// Whether `len` bytes at byte `off` of region `h` can be read now (a live region whose
+    /// memory is still there).
+    pub fn readable(&self, h: u32, off: usize, len: usize) -> bool {
+        self.entries
+            .get(&h)
+            .is_some_and(|e| e.memory.readable(off, len))
     }
 
     /// Checks that every SGE of a list is writable local memory of `pd` (READ/atomic targets),

@@ -9,8 +9,9 @@
 use crate::device::SimDevice;
 use crate::fabric::Endpoint;
 use crate::fanout::NicMulticast;
+use crate::gsi::GSI_QPN;
 use crate::multicast::{is_multicast_gid, GroupDirectory, MULTICAST_QPN};
-use crate::peers::PeerTable;
+use crate::peers::{Admission, PeerTable};
 use crate::roce::codec::encode_from;
 use crate::roce::{decode_bytes, encode, CodecError, Flow, ROCE_V2_UDP_DPORT};
 use bytes::Bytes;
@@ -29,7 +30,9 @@ pub struct NicCounters {
     /// Packets the device produced that the codec refused to encode (a device bug if non-zero).
     pub tx_encode_errors: u64,
     /// Datagrams dropped because they came from a socket other than the one their sender's GID
-    /// is routed to (another port of a peer's IP).
+    /// is routed to (another port of a peer's IP): RC/UD traffic from any unknown socket, and
+    /// MADs from an unknown socket of a GID in use ([`crate::peers`]; the route counters,
+    /// [`SimNic::peers`], tell the two apart).
     pub rx_foreign_socket: u64,
     /// Copies of multicast datagrams sent, one per other member of the group
     /// ([`crate::multicast`]).
@@ -148,10 +151,90 @@ impl SimNic {
         self.peers.set(gid, addr);
     }
 
-    /// The same route, learned from a datagram ([`PeerTable::learn`]: bounded, the oldest
-    /// learned route goes first).
-    pub fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
-        self.peers.learn(gid, addr);
+    /// Whether `gid` is in use by this NIC's device (a QP has it as destination,
+    /// [`SimDevice::has_qp_to`]) or, as `cm_uses` says, by the host's CM.
+    fn in_use(dev: &SimDevice, cm_uses: &dyn Fn(Gid) -> bool, gid: Gid) -> bool {
+        dev.has_qp_to(gid) || cm_uses(gid)
+    }
+
+    /// Takes one datagram from `src` (the [`Endpoint::handle_datagram`] of a host whose CM
+    /// says, through `cm_uses`, which GIDs it has a live connection with). It is decoded first;
+    /// then [`PeerTable::admit`] decides whose it is: a datagram from an unknown socket reaches
+    /// the device only as a *candidate* — a MAD for QP1 of a GID neither the device's QPs nor
+    /// the CM use — and is otherwise dropped (`rx_foreign_socket`). After the CM took the MADs,
+    /// the host calls [`settle_candidate`](Self::settle_candidate).
+    pub fn receive(
+        &mut self,
+        now: SimTime,
+        src: SocketAddr,
+        bytes: Bytes,
+        cm_uses: &dyn Fn(Gid) -> bool,
+    ) {
+        let flow = Flow::new(src, self.addr);
+        self.capture.record(now, flow, &bytes);
+        let decoded = decode_bytes(&bytes, &flow, self.check_icrc);
+        // A multicast datagram's ICRC covers its group's address, not this NIC's.
+        let maybe_multicast = match &decoded {
+            Ok(p) => p.bth.dest_qp & QPN_MASK == MULTICAST_QPN,
+            Err(e) => matches!(e, CodecError::BadIcrc { .. }),
+        };
+        if maybe_multicast {
+            if let Some((mgid, packet)) = NicMulticast::match_group(&self.dev, &bytes, src) {
+                let dev = &self.dev;
+                let in_use = |g: Gid| Self::in_use(dev, cm_uses, g);
+                // Not a MAD: taken only from a member's known socket.
+                match self.peers.admit(src, ROCE_V2_UDP_DPORT, false, &in_use) {
+                    Admission::Known(gid) | Admission::Candidate(gid) => {
+                        self.counters.rx_datagrams += 1;
+                        self.counters.rx_multicast += 1;
+                        self.dev.handle_multicast(now, gid, mgid, packet);
+                    }
+                    Admission::Refused(_) => self.counters.rx_foreign_socket += 1,
+                }
+                return;
+            }
+        }
+        let packet = match decoded {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.rx_decode_errors += 1;
+                tracing::debug!(%src, error = %e, "dropped undecodable RoCEv2 datagram");
+                return;
+            }
+        };
+        let gsi = packet.bth.dest_qp & QPN_MASK == GSI_QPN;
+        let dev = &self.dev;
+        let in_use = |g: Gid| Self::in_use(dev, cm_uses, g);
+        match self.peers.admit(src, ROCE_V2_UDP_DPORT, gsi, &in_use) {
+            Admission::Known(gid) | Admission::Candidate(gid) => {
+                self.counters.rx_datagrams += 1;
+                self.dev.handle_packet(now, gid, packet);
+            }
+            Admission::Refused(why) => {
+                // A peer's traffic comes from the one socket its GID is routed to: a datagram
+                // from another port of its IP is someone else's (a forgery, or another process
+                // on that host), and must not reach the peer's QPs nor move its route.
+                self.counters.rx_foreign_socket += 1;
+                tracing::debug!(%src, ?why, "dropped a datagram from an unknown socket");
+            }
+        }
+    }
+
+    /// The GID of the candidate [`receive`](Self::receive) let through and not settled yet.
+    pub fn candidate(&self) -> Option<Gid> {
+        self.peers.candidate().map(|(g, _)| g)
+    }
+
+    /// After the CM handled the MADs of the last datagram: if `accepted` (the CM accepted a
+    /// MAD from the candidate's GID), the candidate's socket becomes that GID's route
+    /// ([`PeerTable::settle`]); else it is forgotten. `cm_uses` as in
+    /// [`receive`](Self::receive).
+    pub fn settle_candidate(&mut self, accepted: bool, cm_uses: &dyn Fn(Gid) -> bool) {
+        let dev = &self.dev;
+        let in_use = |g: Gid| Self::in_use(dev, cm_uses, g);
+        if let Some((gid, addr)) = self.peers.settle(|_| accepted, &in_use) {
+            tracing::debug!(peer = %gid.to_ip(), %addr, "route learned");
+        }
     }
 
     /// Makes the route [`set_peer_addr`](Self::set_peer_addr) held an ordinary learned one.
@@ -170,6 +253,11 @@ impl SimNic {
     /// multicast datagrams reach only this device's own QPs.
     pub fn set_group_directory(&mut self, dir: Box<dyn GroupDirectory>) {
         self.mcast.set_directory(dir);
+    }
+
+    /// Sets how many routes learned from the wire the NIC keeps ([`PeerTable::set_capacity`]).
+    pub fn set_route_capacity(&mut self, n: usize) {
+        self.peers.set_capacity(n);
     }
 
     /// Turns ICRC checking of received datagrams on (default) or off.
@@ -220,15 +308,9 @@ impl SimNic {
     }
 
     /// The socket datagrams to `gid` go to: the one [`set_peer_addr`](Self::set_peer_addr)
-    /// gave, else the GID's IP on UDP port 4791.
+    /// gave or the wire confirmed, else the GID's IP on UDP port 4791.
     pub fn peer_addr(&self, gid: Gid) -> SocketAddr {
         route(&self.peers, gid)
-    }
-
-    fn peer_gid(&self, src: SocketAddr) -> Gid {
-        self.peers
-            .gid(src)
-            .unwrap_or_else(|| Gid::from_ip(src.ip()))
     }
 }
 
@@ -253,46 +335,10 @@ impl std::ops::DerefMut for SimNic {
 }
 
 impl Endpoint for SimNic {
+    /// [`SimNic::receive`] with no CM: only the device's QPs pin routes, and a candidate is
+    /// never confirmed (nobody accepts its MAD).
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        let flow = Flow::new(src, self.addr);
-        self.capture.record(now, flow, &bytes);
-        let decoded = decode_bytes(&bytes, &flow, self.check_icrc);
-        // A multicast datagram's ICRC covers its group's address, not this NIC's.
-        let maybe_multicast = match &decoded {
-            Ok(p) => p.bth.dest_qp & QPN_MASK == MULTICAST_QPN,
-            Err(e) => matches!(e, CodecError::BadIcrc { .. }),
-        };
-        if maybe_multicast {
-            if let Some((mgid, packet)) = NicMulticast::match_group(&self.dev, &bytes, src) {
-                let gid = self.peer_gid(src);
-                if self.peer_addr(gid) != src {
-                    self.counters.rx_foreign_socket += 1;
-                    return;
-                }
-                self.counters.rx_datagrams += 1;
-                self.counters.rx_multicast += 1;
-                self.dev.handle_multicast(now, gid, mgid, packet);
-                return;
-            }
-        }
-        match decoded {
-            Ok(packet) => {
-                let gid = self.peer_gid(src);
-                // A peer's traffic comes from the one socket its GID is routed to: a datagram
-                // from another port of its IP is someone else's (a forgery, or another process
-                // on that host), and must not reach the peer's QPs.
-                if self.peer_addr(gid) != src {
-                    self.counters.rx_foreign_socket += 1;
-                    return;
-                }
-                self.counters.rx_datagrams += 1;
-                self.dev.handle_packet(now, gid, packet);
-            }
-            Err(e) => {
-                self.counters.rx_decode_errors += 1;
-                tracing::debug!(%src, error = %e, "dropped undecodable RoCEv2 datagram");
-            }
-        }
+        self.receive(now, src, bytes, &|_| false);
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
@@ -357,28 +403,106 @@ mod tests {
         )))
     }
 
-    /// A datagram from another port of a peer's IP does not reach the device; the same bytes
-    /// from the peer's socket do.
+    /// A MAD from `n` to the GID `to`, as the bytes `n` puts on the wire.
+    fn mad_from(n: &mut SimNic, to: Gid) -> Bytes {
+        n.device_mut()
+            .gsi_send(to, crate::GSI_QPN, Bytes::from_static(&[7; 256]))
+            .ok();
+        n.poll_transmit(SimTime::ZERO)
+            .unwrap_or_else(|| panic!("queued"))
+            .1
+    }
+
+    /// Another process on `of`'s IP, on `port` (its ICRC right for its own socket).
+    fn twin(of: u8, port: u16) -> SimNic {
+        let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, of)), port);
+        SimNic::new(nic(of).into_device(), at)
+    }
+
+    /// A MAD from another port of a peer's IP whose GID the CM uses does not reach the
+    /// device; the same bytes from the peer's socket do.
     #[test]
-    fn datagrams_from_a_foreign_socket_of_a_peer_ip_are_dropped() {
+    fn mads_from_a_foreign_socket_of_a_gid_in_use_are_dropped() {
         let (mut a, mut b) = (nic(1), nic(2));
-        // Another process on a's IP, on another port (its ICRC right for its own socket).
-        let forged = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5555);
-        let mut other = SimNic::new(nic(1).into_device(), forged);
-        let to_b = b.device().gid();
-        let send = |n: &mut SimNic| {
-            n.device_mut()
-                .gsi_send(to_b, crate::GSI_QPN, Bytes::from_static(&[7; 256]))
-                .ok();
-            n.poll_transmit(SimTime::ZERO)
-                .unwrap_or_else(|| panic!("queued"))
-                .1
-        };
-        b.handle_datagram(SimTime::ZERO, forged, send(&mut other));
+        let mut other = twin(1, 5555);
+        let (a_gid, to_b) = (a.device().gid(), b.device().gid());
+        let cm_uses_a = move |g: Gid| g == a_gid;
+        b.receive(
+            SimTime::ZERO,
+            other.addr(),
+            mad_from(&mut other, to_b),
+            &cm_uses_a,
+        );
         assert_eq!(b.datagram_counters().rx_foreign_socket, 1);
+        assert_eq!(b.peers().counters().route_in_use, 1);
         assert!(b.device_mut().gsi_recv().is_none());
-        b.handle_datagram(SimTime::ZERO, a.addr(), send(&mut a));
+        b.receive(SimTime::ZERO, a.addr(), mad_from(&mut a, to_b), &cm_uses_a);
         assert_eq!(b.datagram_counters().rx_datagrams, 1);
         assert!(b.device_mut().gsi_recv().is_some());
+        assert_eq!(b.peer_addr(a_gid), a.addr());
+    }
+
+    /// A MAD from an unknown socket of a GID nobody uses reaches the device as a candidate;
+    /// its socket becomes the GID's route only when the CM accepted it.
+    #[test]
+    fn a_candidate_is_learned_only_once_the_cm_accepts_it() {
+        let mut b = nic(2);
+        let mut other = twin(1, 5555);
+        let (gid, to_b) = (other.device().gid(), b.device().gid());
+        let nobody = |_: Gid| false;
+        b.receive(
+            SimTime::ZERO,
+            other.addr(),
+            mad_from(&mut other, to_b),
+            &nobody,
+        );
+        assert!(b.device_mut().gsi_recv().is_some());
+        assert_eq!(b.candidate(), Some(gid));
+        b.settle_candidate(false, &nobody);
+        assert_eq!(b.peer_addr(gid).port(), ROCE_V2_UDP_DPORT);
+        assert_eq!(b.peers().counters().candidates_discarded, 1);
+        b.receive(
+            SimTime::ZERO,
+            other.addr(),
+            mad_from(&mut other, to_b),
+            &nobody,
+        );
+        b.settle_candidate(true, &nobody);
+        assert_eq!(b.peer_addr(gid), other.addr());
+        // What b sends to that GID now goes to that socket.
+        let _ = mad_from(&mut b, gid);
+        assert_eq!(b.peers().counters().learned, 1);
+    }
+
+    /// RC traffic from an unknown socket never reaches the device and moves no route; a QP
+    /// whose destination is a GID pins that GID's route against candidates.
+    #[test]
+    fn rc_from_an_unknown_socket_is_dropped_and_a_connected_qp_pins_its_route() {
+        use crate::testutil::{conn_attr, node, to_init, to_rtr};
+        let mut n = node(2);
+        let peer = crate::testutil::gid(1);
+        to_init(&mut n);
+        to_rtr(&mut n, &conn_attr(peer, 0x77, 0));
+        let mut b = SimNic::at_gid(n.dev);
+        let qpn = n.qp.qp_num;
+        let spoof = SocketAddr::new(peer.to_ip(), 5555);
+        let packet = crate::roce::Packet::bare(
+            crate::roce::Opcode::RcSendOnly,
+            qpn,
+            0,
+            Bytes::from_static(&[1; 16]),
+        );
+        let bytes = encode(&packet, &Flow::new(spoof, b.addr()))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .freeze();
+        b.receive(SimTime::ZERO, spoof, bytes, &|_| false);
+        assert_eq!(b.datagram_counters().rx_foreign_socket, 1);
+        assert_eq!(b.device().counters().rnr_naks_sent, 0);
+        let mut other = twin(1, 5555);
+        let to_b = b.device().gid();
+        b.receive(SimTime::ZERO, spoof, mad_from(&mut other, to_b), &|_| false);
+        assert_eq!(b.peers().counters().route_in_use, 1);
+        assert!(b.device_mut().gsi_recv().is_none());
+        assert_eq!(b.candidate(), None);
     }
 }

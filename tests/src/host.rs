@@ -9,6 +9,11 @@
 //! run through [`RdmaCm::handle_timeout`] (cm-core's sans-IO contract, `docs/cm-semantics.md`).
 //! MADs the CM sends leave through the NIC's GSI QP (`impl GsiEndpoint for SimDevice`).
 //!
+//! Routes to peers on sockets other than `(GID's IP, 4791)`: the NIC learns one only for a MAD
+//! that decoded, came from a GID no live QP or CM connection uses, and that the CM then
+//! accepted ([`Nic::receive`] → [`RdmaCm::poll_gsi_with`] → [`Nic::settle_candidate`];
+//! `rnic_sim::peers`). Nothing is learned before decoding, and a route in use never moves.
+//!
 //! Application calls (`connect`, `accept`, `disconnect`, verbs) are made between simulation
 //! runs on [`Host::split`] with the simulation's current time; what they queue is sent at the
 //! next run.
@@ -38,9 +43,24 @@ pub trait Nic: Endpoint {
     /// [`release_peer`](Self::release_peer).
     fn set_peer_addr(&mut self, gid: Gid, addr: SocketAddr);
 
-    /// The same route, learned from a datagram: bounded, the oldest learned route goes first
-    /// (see [`SimNic::learn_peer_addr`]).
-    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr);
+    /// Takes a datagram from the wire: decoded, then admitted by its source socket, where
+    /// `cm_uses` says which GIDs the host's CM has a live connection with (see
+    /// [`SimNic::receive`]).
+    fn receive(
+        &mut self,
+        now: SimTime,
+        src: SocketAddr,
+        bytes: Bytes,
+        cm_uses: &dyn Fn(Gid) -> bool,
+    );
+
+    /// The GID of the candidate (a MAD from an unknown socket) the last datagram was, if it
+    /// was one and is not settled yet.
+    fn candidate(&self) -> Option<Gid>;
+
+    /// Learns the candidate's socket as its GID's route if `accepted` (the CM accepted its
+    /// MAD), else forgets it (see [`SimNic::settle_candidate`]).
+    fn settle_candidate(&mut self, accepted: bool, cm_uses: &dyn Fn(Gid) -> bool);
 
     /// Makes a route [`set_peer_addr`](Self::set_peer_addr) held an ordinary learned one.
     fn release_peer(&mut self, gid: Gid);
@@ -78,8 +98,22 @@ impl Nic for SimNic {
         SimNic::set_peer_addr(self, gid, addr)
     }
 
-    fn learn_peer_addr(&mut self, gid: Gid, addr: SocketAddr) {
-        SimNic::learn_peer_addr(self, gid, addr)
+    fn receive(
+        &mut self,
+        now: SimTime,
+        src: SocketAddr,
+        bytes: Bytes,
+        cm_uses: &dyn Fn(Gid) -> bool,
+    ) {
+        SimNic::receive(self, now, src, bytes, cm_uses)
+    }
+
+    fn candidate(&self) -> Option<Gid> {
+        SimNic::candidate(self)
+    }
+
+    fn settle_candidate(&mut self, accepted: bool, cm_uses: &dyn Fn(Gid) -> bool) {
+        SimNic::settle_candidate(self, accepted, cm_uses)
     }
 
     fn release_peer(&mut self, gid: Gid) {
@@ -96,7 +130,6 @@ impl Nic for SimNic {
 pub struct Host<N: Nic = SimNic> {
     nic: N,
     cm: RdmaCm,
-    learn_peers: bool,
     pinned: Option<SocketAddr>,
 }
 
@@ -111,16 +144,8 @@ impl<N: Nic> Host<N> {
         Ok(Host {
             nic,
             cm,
-            learn_peers: false,
             pinned: None,
         })
-    }
-
-    /// Learn peers' sockets from the wire (default off): every datagram from `src` routes the
-    /// GID of `src`'s IP back to `src`, so a server on a real UDP socket answers clients on any
-    /// port, e.g. several processes on one loopback IP ([`SimNic::set_peer_addr`]).
-    pub fn set_learn_peers(&mut self, on: bool) {
-        self.learn_peers = on;
     }
 
     /// Serve only `peer` among the sockets of its IP (`None`: all). Several processes on one
@@ -179,12 +204,20 @@ impl<N: Nic> Host<N> {
 
 impl<N: Nic> Endpoint for Host<N> {
     /// The NIC decodes the datagram (RC traffic or a MAD for QP1); the CM then takes the MADs.
+    /// A MAD from a socket the NIC does not know yet is a candidate: its route is learned
+    /// only if the CM accepts it (see the module docs).
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        if self.learn_peers {
-            self.nic.learn_peer_addr(Gid::from_ip(src.ip()), src);
-        }
-        Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
-        self.poll_gsi(now);
+        let cm = &self.cm;
+        self.nic.receive(now, src, bytes, &|g| cm.peer_in_use(g));
+        let Some(gid) = self.nic.candidate() else {
+            self.poll_gsi(now);
+            return;
+        };
+        let mut accepted = false;
+        let (cm, dev) = self.split();
+        cm.poll_gsi_with(dev, now, &mut |peer, ok| accepted |= ok && peer == gid);
+        let cm = &self.cm;
+        self.nic.settle_candidate(accepted, &|g| cm.peer_in_use(g));
     }
 
     /// The NIC's next datagram: its RC/UD packets and the CM's MADs, in the order queued.

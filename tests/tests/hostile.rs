@@ -502,9 +502,10 @@ fn forged_acks_from_a_third_host_complete_nothing() {
 /// the oracle — no unrelated teardown, nothing completed by a forgery, no forged byte landed.
 #[test]
 fn generated_hostile_hosts_attack_with_every_forgery_and_pass_the_oracle() {
-    use rnic_testbed::scenario::{self, CmKind, Forgery};
+    use rnic_testbed::scenario::{self, CmKind, Foreign, Forgery};
     let mut kinds = std::collections::BTreeSet::new();
     let (mut hostile, mut cm_wrong_source, mut rc_wrong_source, mut dreq_unknown) = (0, 0, 0, 0);
+    let (mut foreign_socket, mut route_in_use) = (0, 0);
     for seed in 0..3000 {
         let sc = scenario::scenario_of(seed);
         let Some(x) = &sc.hostile else {
@@ -527,6 +528,12 @@ fn generated_hostile_hosts_attack_with_every_forgery_and_pass_the_oracle() {
                 Forgery::StaleReq => "stale REQ".into(),
                 Forgery::Rc { write, .. } => format!("RC write {write}"),
                 Forgery::Ack { .. } => "ACK".into(),
+                Forgery::ForeignPort { what } => match what {
+                    Foreign::Cm(_) => "foreign-port CM",
+                    Foreign::Write => "foreign-port WRITE",
+                    Foreign::Junk => "foreign-port junk",
+                }
+                .into(),
             });
         }
         let report = scenario::run_seed(seed);
@@ -538,10 +545,16 @@ fn generated_hostile_hosts_attack_with_every_forgery_and_pass_the_oracle() {
             cm_wrong_source += host.cm().counters().rx_wrong_source;
             dreq_unknown += host.cm().counters().rx_dreq_unknown;
             rc_wrong_source += host.nic().device().counters().wrong_source;
+            foreign_socket += host.nic().datagram_counters().rx_foreign_socket;
+            route_in_use += host.nic().peers().counters().route_in_use;
         }
     }
     assert!((210..=390).contains(&hostile), "{hostile} of 3000 seeds");
-    assert_eq!(kinds.len(), 15, "{kinds:?}");
+    assert_eq!(kinds.len(), 18, "{kinds:?}");
+    // Datagrams from a peer's IP on another port are refused by the NIC for their socket (a
+    // MAD of a GID in use among them), never taken.
+    assert!(foreign_socket > 10, "{foreign_socket}");
+    assert!(route_in_use > 0, "{route_in_use}");
     assert!(cm_wrong_source > 100, "{cm_wrong_source}");
     assert!(rc_wrong_source > 100, "{rc_wrong_source}");
     assert!(dreq_unknown > 0);

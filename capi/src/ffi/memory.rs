@@ -4,8 +4,11 @@
 //! [`rnic_sim::ExternalMemory`]; this is that trait over a raw pointer. Like a real RNIC's DMA,
 //! a peer's RDMA WRITE or an incoming SEND lands in the buffer while the application may be
 //! reading other parts of it, and the library never holds a Rust reference into it: every
-//! access is one `ptr::copy_nonoverlapping` of exactly the bytes the device asked for.
+//! access is one guarded copy ([`super::fault`]) of exactly the bytes the device asked for, so
+//! a buffer the application unmapped after registering it gives an error (an error completion,
+//! a NAK) instead of a SIGSEGV in the progress thread.
 
+use super::fault;
 use rnic_sim::ExternalMemory;
 
 /// `len` bytes at `addr` in the application's address space. See the module docs.
@@ -16,13 +19,22 @@ pub struct UserMemory {
 }
 
 impl UserMemory {
-    /// The buffer `[addr, addr + len)` that `ibv_reg_mr` was given.
+    /// The buffer `[addr, addr + len)` that `ibv_reg_mr` was given. Installs the fault
+    /// handler its copies rely on ([`fault::install`]).
     ///
     /// # Safety
-    /// The buffer stays mapped, readable and writable until the region is deregistered
-    /// (`ibv_reg_mr(3)`: the application must not free registered memory).
+    /// While the region is registered, the buffer is the application's registered memory: the
+    /// library may read and write it whenever the device asks. (It may be unmapped meanwhile:
+    /// the copies then fail.)
     pub unsafe fn new(addr: usize, len: usize) -> UserMemory {
+        fault::install();
         UserMemory { addr, len }
+    }
+
+    /// `[addr + offset, + n)`, if inside the buffer.
+    fn at(&self, offset: usize, n: usize) -> Option<usize> {
+        let end = offset.checked_add(n)?;
+        (end <= self.len).then_some(self.addr + offset)
     }
 }
 
@@ -31,41 +43,28 @@ impl ExternalMemory for UserMemory {
         self.len
     }
 
-    fn read(&self, offset: usize, buf: &mut [u8]) {
-        if offset
-            .checked_add(buf.len())
-            .is_none_or(|end| end > self.len)
-        {
-            return; // the device checks bounds first; never read outside the buffer
-        }
-        // SAFETY: [addr + offset, + buf.len()) lies inside the registered buffer (checked
-        // above), which the application keeps mapped while registered (`UserMemory::new`);
-        // `buf` is a distinct Rust allocation, so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (self.addr + offset) as *const u8,
-                buf.as_mut_ptr(),
-                buf.len(),
-            );
-        }
+    fn read(&self, offset: usize, buf: &mut [u8]) -> bool {
+        // The device checks bounds first; never read outside the buffer.
+        let Some(src) = self.at(offset, buf.len()) else {
+            return false;
+        };
+        // SAFETY: `src` lies inside the registered buffer (`UserMemory::new`), `buf` is a
+        // distinct Rust allocation; a fault there returns false.
+        unsafe { fault::read_app(buf.as_mut_ptr(), src as *const u8, buf.len()) }
     }
 
-    fn write(&self, offset: usize, data: &[u8]) {
-        if offset
-            .checked_add(data.len())
-            .is_none_or(|end| end > self.len)
-        {
-            return;
-        }
-        // SAFETY: as in `read`: inside the registered, mapped buffer; `data` is a distinct
-        // Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                (self.addr + offset) as *mut u8,
-                data.len(),
-            );
-        }
+    fn write(&self, offset: usize, data: &[u8]) -> bool {
+        let Some(dst) = self.at(offset, data.len()) else {
+            return false;
+        };
+        // SAFETY: as in `read`: inside the registered buffer; `data` is a distinct Rust
+        // allocation; a fault (unmapped, read-only) returns false.
+        unsafe { fault::write_app(dst as *mut u8, data.as_ptr(), data.len()) }
+    }
+
+    fn readable(&self, offset: usize, len: usize) -> bool {
+        self.at(offset, len)
+            .is_some_and(|a| fault::readable(a, len))
     }
 }
 

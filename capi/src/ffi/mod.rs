@@ -48,6 +48,7 @@ mod cm_sync_api;
 mod context;
 mod cq;
 mod cq_ex;
+mod fault;
 mod inherit;
 mod marshall;
 mod memory;
@@ -68,6 +69,7 @@ mod verbs_unsupported;
 use crate::runtime::Runtime;
 use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use verbs_core::Error;
 
@@ -106,11 +108,38 @@ fn runtime() -> Result<&'static Runtime, &'static str> {
     crate::runtime::runtime_inheriting(inherit::take_fd)
 }
 
-/// The runtime, or `ENODEV` when it could not start (the reason was printed once).
+/// The process that started the runtime (0 before it started).
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Set in a child of `fork()` (a `pthread_atfork` child handler): the runtime is the parent's.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process is not the one that started the runtime: a child of `fork()` (its
+/// progress thread did not survive the fork, its ids and socket are the parent's). Such a child
+/// may make no verbs or rdma_cm call (each fails with `ENODEV`) and destroys nothing at exit,
+/// as with rdma-core without `ibv_fork_init` (docs/capi.md, "fork()").
+fn in_child() -> bool {
+    FORKED.load(Ordering::Relaxed)
+        || OWNER.load(Ordering::Relaxed) != 0 && OWNER.load(Ordering::Relaxed) != std::process::id()
+}
+
+/// The runtime, or `ENODEV` when it could not start (the reason was printed once) or this is a
+/// forked child of the process that started it ([`in_child`]).
 fn rt() -> Result<&'static Runtime, i32> {
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    if FORKED.load(Ordering::Relaxed) {
+        return Err(libc::ENODEV);
+    }
     let r = runtime().map_err(|_| libc::ENODEV)?;
     AT_EXIT.call_once(|| {
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: `forked` is a plain `extern "C" fn()` that only stores to an atomic
+        // (async-signal-safe, as a child handler must be).
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
         stats_at_exit(r.config().stats);
         // SAFETY: `close_at_exit` is a plain `extern "C" fn()` that catches its own panics.
         unsafe { libc::atexit(close_at_exit) };
@@ -139,6 +168,11 @@ fn unsupported(name: &'static str) -> i32 {
 /// crashed host: RETRY_EXC_ERR and DISCONNECTED −110), see docs/capi.md.
 extern "C" fn close_at_exit() {
     guard("close_at_exit", (), || {
+        // A forked child inherited this handler with the parent's ids: they are not its to
+        // destroy (its exit must not disconnect the parent's connections).
+        if in_child() {
+            return;
+        }
         let Ok(r) = runtime() else { return };
         // On a thread of its own: `exit` has already destroyed this thread's thread-locals,
         // which `tracing` (here and in cm-core) needs.
@@ -202,6 +236,9 @@ fn fail_null<T>(e: i32) -> *mut T {
 #[no_mangle]
 pub extern "C" fn rnic_dump_stats() {
     guard("rnic_dump_stats", (), || {
+        if in_child() {
+            return;
+        }
         if let Ok(r) = runtime() {
             eprint!("{}", r.stats());
         }
@@ -212,6 +249,9 @@ pub extern "C" fn rnic_dump_stats() {
 /// start-up), and starts the periodic printer of `RNIC_STATS=every:MS`.
 pub(crate) fn stats_at_exit(stats: Option<Option<u64>>) {
     extern "C" fn dump() {
+        if in_child() {
+            return; // the parent's counters, and its node lock may be held forever here
+        }
         // A thread of its own, as in `close_at_exit`.
         if let Ok(t) = std::thread::Builder::new().spawn(|| rnic_dump_stats()) {
             let _ = t.join();

@@ -238,14 +238,54 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// The SGEs of a WR.
+/// What a post may read of a WR list, from the queue's capacities: checked before the list
+/// is read, so that a count the application got wrong (`num_sge` = 2^30, a list longer than
+/// the queue, a cycle) is an error and not a read of whatever memory follows.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PostLimits {
+    /// WRs the queue holds at most (`max_send_wr`, `max_recv_wr`, the SRQ's `max_wr`).
+    pub wrs: u32,
+    /// SGEs per WR at most (`max_send_sge`, `max_recv_sge`, the SRQ's `max_sge`).
+    pub sges: u32,
+    /// Inline bytes per WR at most (`max_inline_data`; 0 for receive queues).
+    pub inline: u32,
+}
+
+impl PostLimits {
+    /// A QP's send queue.
+    fn send(cap: &verbs_core::QpCap) -> Self {
+        PostLimits {
+            wrs: cap.max_send_wr,
+            sges: cap.max_send_sge,
+            inline: cap.max_inline_data,
+        }
+    }
+
+    /// A QP's receive queue.
+    fn recv(cap: &verbs_core::QpCap) -> Self {
+        PostLimits {
+            wrs: cap.max_recv_wr,
+            sges: cap.max_recv_sge,
+            inline: 0,
+        }
+    }
+}
+
+/// The SGEs of a WR, at most `max` of them. `num_sge` above `max` is `EINVAL` before the list
+/// is read — rxe's errno (`validate_send_wr`, `post_one_recv` in rdma-core's providers/rxe:
+/// "num_sge > max_sge" → EINVAL), though rxe itself sums the send list's lengths first; mlx5
+/// checks first too, with ENOMEM (`mlx5_post_send`: `num_sge > qp->sq.max_gs`).
 ///
 /// # Safety
-/// `sg_list` points to `num_sge` readable `struct ibv_sge` (or `num_sge` is 0).
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, i32> {
+/// `sg_list` points to `num_sge` readable `struct ibv_sge` (or `num_sge` is 0) when
+/// `num_sge <= max`.
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max: u32) -> Result<Vec<Sge>, i32> {
     let n = usize::try_from(num_sge).map_err(|_| libc::EINVAL)?;
     if n == 0 {
         return Ok(Vec::new());
+    }
+    if n > max as usize {
+        return Err(libc::EINVAL);
     }
     if sg_list.is_null() {
         return Err(libc::EINVAL);
@@ -261,20 +301,28 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, i32>
         .collect())
 }
 
-/// One `struct ibv_send_wr` as a [`SendWr`].
+/// One `struct ibv_send_wr` as a [`SendWr`], its SGE count and inline length checked against
+/// `lim` first (EINVAL as rxe's `validate_send_wr`: `num_sge > max_sge`, inline length
+/// `> max_inline`; the inline bytes themselves are read by the device only after that).
 ///
 /// # Safety
 /// `w` is a readable WR whose `sg_list` and (on a UD QP, `ud`) `wr.ud.ah` are valid.
-unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, i32> {
+unsafe fn send_wr(w: &ibv_send_wr, ud: bool, lim: &PostLimits) -> Result<SendWr, i32> {
     let opcode = u8::try_from(w.opcode)
         .ok()
         .and_then(WrOpcode::from_raw)
         .ok_or(libc::EINVAL)?;
     // SAFETY: the caller's contract.
-    let sg_list = unsafe { sges(w.sg_list, w.num_sge)? };
+    let sg_list = unsafe { sges(w.sg_list, w.num_sge, lim.sges)? };
+    let send_flags = SendFlags::from_bits_truncate(w.send_flags);
+    if send_flags.contains(SendFlags::INLINE)
+        && sg_list.iter().map(|s| u64::from(s.length)).sum::<u64>() > u64::from(lim.inline)
+    {
+        return Err(libc::EINVAL);
+    }
     let mut wr = SendWr::send(w.wr_id, sg_list);
     wr.opcode = opcode;
-    wr.send_flags = SendFlags::from_bits_truncate(w.send_flags);
+    wr.send_flags = send_flags;
     // SAFETY: the immediate union is two u32 views of the same 4 bytes.
     wr.imm_data = unsafe { w.ex.imm_data };
     // SAFETY: `wr` is a union of plain-data structs; the opcode says which one the
@@ -325,29 +373,22 @@ pub(super) unsafe extern "C" fn rnic_post_send(
         };
         // SAFETY: a live QP of this library.
         let ud = unsafe { (*qp).qp_type } == IBV_QPT_UD;
-        let mut ptrs = Vec::new();
-        let mut wrs = Vec::new();
-        let mut refused = None;
-        let mut p = wr;
-        while !p.is_null() {
-            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_send(3)).
-            let w = unsafe { &*p };
-            // SAFETY: same contract for its SGEs and AH.
-            match unsafe { send_wr(w, ud) } {
-                Ok(s) => wrs.push(s),
-                Err(e) => {
-                    refused = Some((p, e));
-                    break;
-                }
-            }
-            ptrs.push(p);
-            p = w.next;
-        }
         // SAFETY: a live QP of this library, whose PD is live.
         let (h, pd) = unsafe { (QpHandle((*qp).handle), PdHandle((*(*qp).pd).handle)) };
-        post_prefix(bad_wr, wr, &ptrs, refused, || {
-            // SAFETY: ibv_post_send(3): inline SGEs are readable during the post.
-            r.with(|n, _| unsafe { post_send_with_inline(n.dev(), pd, h, &wrs) })
+        // The list is read under the node lock, after the QP's capacities are known.
+        r.with(|n, _| {
+            let lim = match n.device().query_qp(h) {
+                Ok((_, init)) => PostLimits::send(&init.cap),
+                Err(e) => return set_bad(bad_wr, wr, errno_of(&e)),
+            };
+            // SAFETY: `wr` is a NULL-terminated list of readable WRs, with their SGEs and
+            // AHs (ibv_post_send(3)).
+            let (ptrs, wrs, refused) =
+                unsafe { read_list(wr, &lim, |w: &ibv_send_wr| (w.next, send_wr(w, ud, &lim))) };
+            post_prefix(bad_wr, wr, &ptrs, refused, || {
+                // SAFETY: ibv_post_send(3): inline SGEs are readable during the post.
+                unsafe { post_send_with_inline(n.dev(), pd, h, &wrs) }
+            })
         })
     })
 }
@@ -378,7 +419,7 @@ pub(super) fn post_prefix<T>(
 }
 
 /// Stores the failing WR in `*bad_wr` (when given) and returns `e`.
-fn set_bad<T>(bad_wr: *mut *mut T, wr: *mut T, e: i32) -> c_int {
+pub(super) fn set_bad<T>(bad_wr: *mut *mut T, wr: *mut T, e: i32) -> c_int {
     if !bad_wr.is_null() {
         // SAFETY: `bad_wr` is a writable out-parameter (ibv_post_send(3)).
         unsafe { *bad_wr = wr };
@@ -396,45 +437,75 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
         let (Ok(r), false) = (rt(), qp.is_null()) else {
             return libc::EINVAL;
         };
-        // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
-        let (ptrs, wrs, refused) = unsafe { read_recv_wrs(wr) };
         // SAFETY: a live QP of this library.
         let h = QpHandle(unsafe { (*qp).handle });
-        post_prefix(bad_wr, wr, &ptrs, refused, || {
-            r.with(|n, _| n.dev().post_recv(h, &wrs))
+        r.with(|n, _| {
+            let lim = match n.device().query_qp(h) {
+                // A QP on an SRQ takes no receives (rxe: EINVAL), whatever the list holds.
+                Ok((_, init)) if init.srq.is_some() && !wr.is_null() => {
+                    return set_bad(bad_wr, wr, libc::EINVAL)
+                }
+                Ok((_, init)) => PostLimits::recv(&init.cap),
+                Err(e) => return set_bad(bad_wr, wr, errno_of(&e)),
+            };
+            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_recv(3)).
+            let (ptrs, wrs, refused) = unsafe { read_recv_wrs(wr, &lim) };
+            post_prefix(bad_wr, wr, &ptrs, refused, || n.dev().post_recv(h, &wrs))
         })
     })
 }
 
-/// The receive WRs of the list at `wr`, up to the first whose SGEs cannot be read (returned
-/// with its errno), and their C pointers.
+/// Reads the WR list at `first` with `one` (a WR's `next` and its conversion), within `lim`:
+/// up to the first WR that cannot be converted (returned with its errno), and never more than
+/// the queue holds — a WR past `lim.wrs` is refused with `ENOMEM` (a full queue, rxe's errno)
+/// without being read, so a list that is too long, or a cycle, ends there.
+///
+/// # Safety
+/// `first` is NULL or a NULL-terminated list of readable WRs of type `T`; `one` may read
+/// what its WR points to as the WR's man page allows.
+unsafe fn read_list<T, W>(
+    first: *mut T,
+    lim: &PostLimits,
+    one: impl Fn(&T) -> (*mut T, Result<W, i32>),
+) -> (Vec<*mut T>, Vec<W>, Option<(*mut T, i32)>) {
+    let mut ptrs = Vec::new();
+    let mut wrs = Vec::new();
+    let mut p = first;
+    while !p.is_null() {
+        if wrs.len() >= lim.wrs as usize {
+            return (ptrs, wrs, Some((p, libc::ENOMEM)));
+        }
+        // SAFETY: the caller's contract.
+        let (next, w) = one(unsafe { &*p });
+        match w {
+            Ok(w) => wrs.push(w),
+            Err(e) => return (ptrs, wrs, Some((p, e))),
+        }
+        ptrs.push(p);
+        p = next;
+    }
+    (ptrs, wrs, None)
+}
+
+/// The receive WRs of the list at `wr`, within `lim` ([`read_list`]), and their C pointers.
 ///
 /// # Safety
 /// `wr` is NULL or a NULL-terminated list of readable `struct ibv_recv_wr` whose `sg_list`s
 /// hold `num_sge` readable SGEs (ibv_post_recv(3), ibv_post_srq_recv(3)).
-pub(super) unsafe fn read_recv_wrs(wr: *mut ibv_recv_wr) -> RecvList {
-    let mut ptrs = Vec::new();
-    let mut wrs = Vec::new();
-    let mut refused = None;
-    let mut p = wr;
-    while !p.is_null() {
-        // SAFETY: the caller's contract.
-        let w = unsafe { &*p };
-        // SAFETY: same contract for its SGEs.
-        match unsafe { sges(w.sg_list, w.num_sge) } {
-            Ok(sg_list) => wrs.push(RecvWr {
+pub(super) unsafe fn read_recv_wrs(wr: *mut ibv_recv_wr, lim: &PostLimits) -> RecvList {
+    let one = |w: &ibv_recv_wr| {
+        // SAFETY: the caller's contract for its SGEs (read only within `lim.sges`).
+        let sg = unsafe { sges(w.sg_list, w.num_sge, lim.sges) };
+        (
+            w.next,
+            sg.map(|sg_list| RecvWr {
                 wr_id: w.wr_id,
                 sg_list,
             }),
-            Err(e) => {
-                refused = Some((p, e));
-                break;
-            }
-        }
-        ptrs.push(p);
-        p = w.next;
-    }
-    (ptrs, wrs, refused)
+        )
+    };
+    // SAFETY: the caller's contract.
+    unsafe { read_list(wr, lim, one) }
 }
 
 /// What [`read_recv_wrs`] returns: the C pointers of the WRs read, the WRs, and the first

@@ -5,7 +5,7 @@
 //! `ibv_create_srq` the SRQ or NULL + `errno`, the others 0 or the errno value.
 
 use super::objects::{leak, registry};
-use super::qp::{post_prefix, read_recv_wrs};
+use super::qp::{post_prefix, read_recv_wrs, set_bad, PostLimits};
 use super::{destroy_boxed, errno_of, fail_null, guard, rt};
 use crate::abi::convert::{srq_attr_from_c, srq_attr_to_c};
 use crate::abi::*;
@@ -134,12 +134,22 @@ pub(super) unsafe extern "C" fn rnic_post_srq_recv(
         let (Ok(r), false) = (rt(), srq.is_null()) else {
             return libc::EINVAL;
         };
-        // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_srq_recv(3)).
-        let (ptrs, wrs, refused) = unsafe { read_recv_wrs(wr) };
         // SAFETY: a live SRQ of this library.
         let h = SrqHandle(unsafe { (*srq).handle });
-        post_prefix(bad_wr, wr, &ptrs, refused, || {
-            r.with(|n, _| n.dev().post_srq_recv(h, &wrs))
+        r.with(|n, _| {
+            let lim = match n.device().query_srq(h) {
+                Ok(a) => PostLimits {
+                    wrs: a.max_wr,
+                    sges: a.max_sge,
+                    inline: 0,
+                },
+                Err(e) => return set_bad(bad_wr, wr, errno_of(&e)),
+            };
+            // SAFETY: `wr` is a NULL-terminated list of readable WRs (ibv_post_srq_recv(3)).
+            let (ptrs, wrs, refused) = unsafe { read_recv_wrs(wr, &lim) };
+            post_prefix(bad_wr, wr, &ptrs, refused, || {
+                n.dev().post_srq_recv(h, &wrs)
+            })
         })
     })
 }

@@ -308,9 +308,31 @@ fn reg_mr(
     let access = verbs_core::AccessFlags::from_bits_retain(access as u32);
     // SAFETY: `pd` came from `ibv_alloc_pd`.
     let (context, pdh) = unsafe { ((*pd).context, PdHandle((*pd).handle)) };
-    // SAFETY: ibv_reg_mr(3): the buffer stays allocated while registered.
+    // SAFETY: ibv_reg_mr(3): the buffer is the application's registered memory while
+    // registered (if it goes away, the copies fail: `UserMemory`).
     let mem = unsafe { UserMemory::new(addr as usize, length) };
-    match r.with(|n, _| n.dev().reg_mr_external(pdh, Arc::new(mem), iova, access)) {
+    let registered = r.with(|n, _| n.dev().reg_mr_external(pdh, Arc::new(mem), iova, access));
+    // The kernel pins the pages after checking the arguments (`ib_uverbs_reg_mr` →
+    // `ib_umem_get`): unmapped, or mapped without the protection the access needs → EFAULT.
+    let writable = access.intersects(
+        verbs_core::AccessFlags::LOCAL_WRITE
+            | verbs_core::AccessFlags::REMOTE_WRITE
+            | verbs_core::AccessFlags::REMOTE_ATOMIC
+            | verbs_core::AccessFlags::MW_BIND,
+    );
+    let registered = registered.and_then(|mr| {
+        match crate::mappings::check(addr as u64, length as u64, writable) {
+            Ok(()) => Ok(mr),
+            Err(why) => {
+                let _ = r.with(|n, _| n.dev().dereg_mr(mr.handle));
+                Err(verbs_core::Error::new(
+                    verbs_core::Errno::EFAULT,
+                    format!("ibv_reg_mr: range not mapped as asked ({why:?})"),
+                ))
+            }
+        }
+    });
+    match registered {
         Ok(mr) => leak(ibv_mr {
             context,
             pd,

@@ -189,13 +189,22 @@ impl Endpoint for Node {
             self.drops.rx += 1;
             return;
         }
-        // A peer on a port other than 4791 (not a librnic process) is answered where it sent
-        // from.
-        if src.port() != ROCE_PORT {
-            self.nic.set_peer_addr(Gid::from_ip(src.ip()), src);
+        // Decoded first, then admitted by its socket (`rnic_sim::peers`, as the testbed's
+        // `Host` does): a peer on a port other than 4791 (an `rnic ping` process) is answered
+        // where it sent from only once the CM accepted a MAD from it there, and a route a live
+        // QP or CM id uses never moves.
+        let cm = &self.cm;
+        self.nic.receive(now, src, bytes, &|g| cm.peer_in_use(g));
+        match self.nic.candidate() {
+            None => self.poll_gsi(now),
+            Some(gid) => {
+                let mut accepted = false;
+                let (cm, dev) = self.split();
+                cm.poll_gsi_with(dev, now, &mut |peer, ok| accepted |= ok && peer == gid);
+                let cm = &self.cm;
+                self.nic.settle_candidate(accepted, &|g| cm.peer_in_use(g));
+            }
         }
-        Endpoint::handle_datagram(&mut self.nic, now, src, bytes);
-        self.poll_gsi(now);
         self.signal(now);
     }
 
@@ -503,10 +512,11 @@ impl Runtime {
         let udp = self.handle.stats();
         self.with_quiet(|n, now| {
             format!(
-                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n  rsockets: {:?}\n",
+                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  routes: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n  rsockets: {:?}\n",
                 self.addr,
                 now.as_nanos() as f64 / 1e9,
                 n.nic.datagram_counters(),
+                n.nic.peers().counters(),
                 n.device().counters(),
                 n.cm.counters(),
                 n.drops,

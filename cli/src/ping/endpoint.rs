@@ -34,6 +34,12 @@ pub struct PingHost<N: Nic = SimNic> {
     /// using it, datagrams): a session's sign of progress, which another client's traffic
     /// (a queued client's RNR-retried SENDs) must not fake.
     watched: BTreeMap<SocketAddr, (u32, u64)>,
+    /// Sockets of lobby clients whose handshake completed and that have sent nothing since
+    /// (with how many such handshakes each): a real client sends its buffer info at once, a
+    /// phantom never (see [`super::lobby`]).
+    quiet: BTreeMap<SocketAddr, u32>,
+    /// A socket of `quiet` sent a datagram since the lobby last looked.
+    heard: bool,
 }
 
 /// The most COMM_EST QPNs kept for the application (one per connection: a server that does
@@ -49,7 +55,40 @@ impl<N: Nic> PingHost<N> {
             mailboxes: BTreeMap::new(),
             comm_est: VecDeque::new(),
             watched: BTreeMap::new(),
+            quiet: BTreeMap::new(),
+            heard: false,
         }
+    }
+
+    /// Notes that a lobby client at `peer` completed its handshake: it is quiet until a
+    /// datagram comes from `peer`.
+    pub fn watch_quiet(&mut self, peer: SocketAddr) {
+        *self.quiet.entry(peer).or_default() += 1;
+    }
+
+    /// A quiet lobby client at `peer` left (one handshake fewer).
+    pub fn forget_quiet(&mut self, peer: SocketAddr) {
+        if let Some(n) = self.quiet.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.quiet.remove(&peer);
+            }
+        }
+    }
+
+    /// Whether nothing came from `peer` since its handshake completed.
+    pub fn is_quiet(&self, peer: SocketAddr) -> bool {
+        self.quiet.contains_key(&peer)
+    }
+
+    /// Whether a quiet lobby client spoke since [`take_heard`](Self::take_heard).
+    pub fn heard(&self) -> bool {
+        self.heard
+    }
+
+    /// [`heard`](Self::heard), clearing it.
+    pub fn take_heard(&mut self) -> bool {
+        std::mem::take(&mut self.heard)
     }
 
     /// Counts the datagrams from `peer` from now on (one more session of that peer).
@@ -177,6 +216,9 @@ impl<N: Nic> Endpoint for PingHost<N> {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         if let Some(w) = self.watched.get_mut(&src) {
             w.1 += 1;
+        }
+        if !self.quiet.is_empty() && self.quiet.remove(&src).is_some() {
+            self.heard = true;
         }
         self.host.handle_datagram(now, src, bytes);
         self.read_async_events();

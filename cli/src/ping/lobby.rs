@@ -13,6 +13,18 @@
 //! busy" REJ). One client per IP address at a time (the route of a peer's GID is its IP): a
 //! newer request from an address supersedes its handshake still running, and waits
 //! (deferred) behind one that completed or is in session (docs/hostile-input.md).
+//!
+//! A phantom can also *complete* its handshake (send the RTU) and then say nothing (issue 25).
+//! A real ping client sends its buffer info the moment it is connected (RNR-NAKed and retried
+//! until its session starts), so the server serves, among the completed handshakes, only a
+//! client it has heard from since; one that stays silent for the server's `--timeout` is
+//! disconnected (`ping.silent_clients`). Twenty silent ones cost a real client nothing. (On a
+//! hardware RNIC the data does not cross the CM's socket: every completed handshake is served
+//! in order, as before.)
+//!
+//! The lobby's size follows the socket's receive buffer as the kernel granted it
+//! ([`lobby_size`]): a real client's RTU must be read before as many newer requests as the
+//! socket can hold ahead of it evict its handshake.
 
 use super::endpoint::PingHost;
 use super::nic::PingNic;
@@ -31,10 +43,24 @@ use verbs_core::{
 /// [`Lobby`]'s accept.
 const LOBBY_MIN_RNR_TIMER: u8 = 1;
 
-/// Requests whose handshake may run at once. Under a flood the lobby is full of phantoms and a
-/// real client's handshake must complete (one round trip) before this many newer requests
-/// evict it; each costs a QP and a CQ with no buffers.
+/// The fewest requests whose handshake may run at once. Under a flood the lobby is full of
+/// phantoms and a real client's handshake must complete (one round trip) before this many
+/// newer requests evict it; each costs a QP and a CQ with no buffers (≈ 2.8 kB).
 pub const LOBBY_SIZE: usize = 4096;
+
+/// The least receive-buffer space one REQ datagram takes in a Linux UDP socket (its
+/// `truesize`: the 280-byte RoCEv2 datagram in an skb; 1280 B measured on loopback, 332 of
+/// them fill the default 425 984-byte buffer, 6553 a 8 MiB one), rounded down.
+pub const REQ_RECV_COST: usize = 1024;
+
+/// How many handshakes a server whose socket got `recv_buffer` bytes of receive buffer runs
+/// at once: more than the requests that fit in that buffer plus the listen backlog
+/// (`backlog`), so that those queued ahead of a real client's RTU cannot evict its handshake
+/// before the RTU is read — and never fewer than [`LOBBY_SIZE`]. With the 4 MiB asked
+/// (8 MiB granted once `net.core.rmem_max` allows it): 9216.
+pub fn lobby_size(recv_buffer: usize, backlog: usize) -> usize {
+    (recv_buffer / REQ_RECV_COST + backlog).max(LOBBY_SIZE)
+}
 
 /// A client whose handshake the lobby runs.
 #[derive(Debug)]
@@ -62,6 +88,12 @@ pub struct Candidate {
     pub cq: CqHandle,
     /// When the request arrived.
     pub t0: SimTime,
+    /// A datagram came from `peer` since the handshake completed (a real client's first
+    /// SEND): only such a candidate is served.
+    pub heard: bool,
+    /// A datagram came from `peer` since its REQ (an RTU, a REQ retransmission, a SEND): a
+    /// real client's handshake, not evicted for a newer request.
+    pub spoke: bool,
 }
 
 /// What the lobby did with a CONNECT_REQUEST it could not take.
@@ -84,6 +116,12 @@ pub enum Refusal {
 /// See the module docs.
 pub struct Lobby {
     recvs: u32,
+    /// Handshakes at once at most ([`lobby_size`]).
+    size: usize,
+    /// How long a completed handshake may stay silent (the server's `--timeout`), ns.
+    silent_ns: u64,
+    /// Clients disconnected for staying silent after their handshake.
+    pub silent: u64,
     /// The candidates by id.
     candidates: BTreeMap<CmIdHandle, Candidate>,
     /// The candidate of each IP address (one at a time).
@@ -114,10 +152,14 @@ pub struct Ctx<'a, N: PingNic> {
 }
 
 impl Lobby {
-    /// An empty lobby whose QPs keep `recvs` receives posted once in session.
-    pub fn new(recvs: u32) -> Lobby {
+    /// An empty lobby of `size` handshakes ([`lobby_size`]) whose QPs keep `recvs` receives
+    /// posted once in session, and whose completed handshakes may stay silent for `silent`.
+    pub fn new(recvs: u32, size: usize, silent: std::time::Duration) -> Lobby {
         Lobby {
             recvs: recvs.max(1),
+            size: size.max(1),
+            silent_ns: u64::try_from(silent.as_nanos()).unwrap_or(u64::MAX),
+            silent: 0,
             candidates: BTreeMap::new(),
             by_ip: BTreeMap::new(),
             running: VecDeque::new(),
@@ -205,8 +247,8 @@ impl Lobby {
             // the REP's retries ran out.
             self.evict(cx, other);
         }
-        if self.candidates.len() >= LOBBY_SIZE {
-            let Some(oldest) = self.oldest_running() else {
+        if self.candidates.len() >= self.size {
+            let Some(oldest) = self.oldest_running(cx) else {
                 // Every one is a real client waiting for its session: the newcomer waits.
                 return Err(Refusal::Wait(ev));
             };
@@ -262,6 +304,8 @@ impl Lobby {
         };
         self.by_ip.insert((ip, index), id);
         self.running.push_back(id);
+        // Quiet until its client sends something after the REQ (see `oldest_running`).
+        cx.ep.inner_mut().watch_quiet(peer);
         if self.running.len() > 2 * self.candidates.len() + 64 {
             // Compact the ids that left meanwhile.
             let live = &self.candidates;
@@ -281,6 +325,8 @@ impl Lobby {
                 qp,
                 cq,
                 t0: cx.now,
+                heard: false,
+                spoke: false,
             },
         );
         Ok(())
@@ -295,6 +341,17 @@ impl Lobby {
         };
         match ev.event {
             CmEventType::Established if c.established.is_none() => {
+                if !c.spoke {
+                    // No datagram since the REQ (ESTABLISHED through COMM_EST): one watch.
+                    cx.ep.inner_mut().forget_quiet(c.peer);
+                }
+                c.spoke = true;
+                if N::ASYNC_COMPLETIONS {
+                    // A hardware RNIC's data does not cross this socket: nothing to hear.
+                    c.heard = true;
+                } else {
+                    cx.ep.inner_mut().watch_quiet(c.peer);
+                }
                 let nic = cx.ep.inner_mut().host_mut().nic_mut();
                 nic.set_peer_addr(Gid::from_ip(c.ip), c.peer);
                 c.held = true;
@@ -333,18 +390,30 @@ impl Lobby {
         let _ = cm.notify(dev, now, id);
     }
 
-    /// The oldest candidate whose handshake still runs (dropping the ids met on the way that
-    /// left or completed).
-    fn oldest_running(&mut self) -> Option<CmIdHandle> {
+    /// The oldest candidate whose handshake still runs and whose client said nothing since
+    /// its REQ (dropping the ids met on the way that left or completed; one that spoke — a
+    /// real client whose RTU the socket lost, retrying its REQ or sending its first SEND — goes
+    /// to the back instead: it is not the one to evict).
+    fn oldest_running<N: PingNic>(&mut self, cx: &Ctx<'_, N>) -> Option<CmIdHandle> {
+        let mut spoke = 0;
         while let Some(&id) = self.running.front() {
-            if self
-                .candidates
-                .get(&id)
-                .is_some_and(|c| c.established.is_none())
-            {
+            let Some(c) = self.candidates.get_mut(&id) else {
+                self.running.pop_front();
+                continue;
+            };
+            if c.established.is_some() {
+                self.running.pop_front();
+                continue;
+            }
+            c.spoke |= !cx.ep.inner().is_quiet(c.peer);
+            if !c.spoke {
                 return Some(id);
             }
-            self.running.pop_front();
+            spoke += 1;
+            if spoke > self.running.len() {
+                return None;
+            }
+            self.running.rotate_left(1);
         }
         None
     }
@@ -370,10 +439,48 @@ impl Lobby {
         }
     }
 
-    /// Takes the client whose handshake completed first, if any.
-    pub fn take_ready(&mut self) -> Option<Candidate> {
-        let &(_, id) = self.ready.first()?;
+    /// Takes the client whose handshake completed first among those heard from since
+    /// ([`Candidate::heard`]), if any.
+    pub fn take_ready<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>) -> Option<Candidate> {
+        let id = self.ready.iter().map(|&(_, id)| id).find(|id| {
+            self.candidates.get_mut(id).is_some_and(|c| {
+                c.heard |= !cx.ep.inner().is_quiet(c.peer);
+                c.heard
+            })
+        })?;
         self.remove(id)
+    }
+
+    /// Disconnects the clients whose handshake completed more than the silence allowance ago
+    /// and that have sent nothing since (counted in [`silent`](Self::silent)); returns when
+    /// the next one would expire.
+    pub fn expire_silent<N: PingNic>(&mut self, cx: &mut Ctx<'_, N>) -> Option<SimTime> {
+        let mut next = None;
+        let mut gone = Vec::new();
+        for &(at, id) in &self.ready {
+            let Some(c) = self.candidates.get_mut(&id) else {
+                continue;
+            };
+            c.heard |= !cx.ep.inner().is_quiet(c.peer);
+            if c.heard {
+                continue;
+            }
+            let expiry = at.plus_nanos(self.silent_ns);
+            if expiry <= cx.now {
+                gone.push(id);
+            } else {
+                next = Some(next.map_or(expiry, |n: SimTime| n.min(expiry)));
+            }
+        }
+        for id in gone {
+            if let Some(c) = self.remove(id) {
+                self.silent += 1;
+                let (cm, dev) = cx.ep.inner_mut().host_mut().split();
+                let _ = cm.disconnect(dev, cx.now, c.id);
+                release(cx, &c, None);
+            }
+        }
+        next
     }
 
     /// Ends every candidate, as a dying server process's ids end (the kernel destroys them):
@@ -407,12 +514,13 @@ impl Lobby {
 /// runs. Teardown errors change nothing: the id is gone either way.
 fn release<N: PingNic>(cx: &mut Ctx<'_, N>, c: &Candidate, why: Option<&str>) {
     if let (Some(why), None) = (why, &c.established) {
-        // The REJ goes where the REP went, even if a flood of other sources evicted the
-        // learned route since.
-        let host = cx.ep.inner_mut().host_mut();
-        host.nic_mut().learn_peer_addr(Gid::from_ip(c.ip), c.peer);
-        let (cm, dev) = host.split();
+        // The REJ goes where the REP went: the route of a GID with a handshake in progress
+        // neither moves nor is evicted (`rnic_sim::peers`).
+        let (cm, dev) = cx.ep.inner_mut().host_mut().split();
         let _ = cm.reject(dev, cx.now, c.id, why.as_bytes());
+    }
+    if (c.established.is_some() && !c.heard) || (c.established.is_none() && !c.spoke) {
+        cx.ep.inner_mut().forget_quiet(c.peer);
     }
     let (cm, dev) = cx.ep.inner_mut().host_mut().split();
     let _ = dev.destroy_qp(c.qp.handle);

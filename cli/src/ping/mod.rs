@@ -298,7 +298,7 @@ impl<N: PingNic> Server<N> {
             cm.bind_addr(id, addr)?;
             cm.listen(id, node::LISTEN_BACKLOG)
         })?;
-        node.open_lobby(side.recvs);
+        node.open_lobby(side.recvs, side.timeout);
         Ok(Server {
             node,
             side: side.clone(),

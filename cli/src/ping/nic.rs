@@ -44,6 +44,10 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// nothing to do.
     fn set_window_bytes(&mut self, _bytes: u64) {}
 
+    /// Keeps up to `n` routes learned from the wire (one per client whose handshake the lobby
+    /// runs: a route refused would send its REP to the wrong socket).
+    fn set_route_capacity(&mut self, n: usize);
+
     /// Datagrams sent and received on the node's socket.
     fn datagram_counters(&self) -> NicCounters;
 
@@ -114,6 +118,10 @@ impl PingNic for SimNic {
         self.device_mut().set_max_unacked_bytes(bytes);
     }
 
+    fn set_route_capacity(&mut self, n: usize) {
+        SimNic::set_route_capacity(self, n);
+    }
+
     fn datagram_counters(&self) -> NicCounters {
         SimNic::datagram_counters(self)
     }
@@ -138,7 +146,13 @@ impl PingNic for SimNic {
                 "nic.foreign_socket",
                 self.datagram_counters().rx_foreign_socket,
             ),
+            ("nic.route_in_use", self.peers().counters().route_in_use),
+            (
+                "nic.candidates_discarded",
+                self.peers().counters().candidates_discarded,
+            ),
             ("nic.peers_evicted", self.peers().evicted()),
+            ("nic.peers_refused", self.peers().counters().refused_full),
             ("rnic.malformed", c.malformed),
             ("rnic.bad_pkey", c.bad_pkey),
             ("rnic.unknown_qp", c.unknown_qp),
@@ -196,6 +210,10 @@ impl PingNic for HwNic {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn set_route_capacity(&mut self, n: usize) {
+        HwNic::set_route_capacity(self, n);
     }
 
     fn datagram_counters(&self) -> NicCounters {

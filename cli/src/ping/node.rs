@@ -5,7 +5,7 @@
 
 use super::capture::CaptureSink;
 use super::endpoint::{PingEndpoint, PingHost};
-use super::lobby::{Candidate, Ctx, Lobby, Refusal};
+use super::lobby::{lobby_size, Candidate, Ctx, Lobby, Refusal};
 use super::nic::{DeviceWaker, PingNic};
 use super::node_config::cm_config;
 use super::report::WireRecord;
@@ -64,6 +64,8 @@ pub struct Node<N: PingNic = SimNic> {
     deferred: Mutex<VecDeque<CmEvent>>,
     /// A server's lobby ([`Node::open_lobby`]): it runs the handshakes of waiting clients.
     lobby: Mutex<Option<Lobby>>,
+    /// The receive buffer the kernel granted the socket, bytes (the lobby's size follows it).
+    recv_buffer: usize,
     /// The wire counters at the last report: the next report counts from there, so that what
     /// arrived while a server waited between clients (a flood, refused requests) shows in the
     /// next client's report.
@@ -72,8 +74,9 @@ pub struct Node<N: PingNic = SimNic> {
 
 impl<N: PingNic> Node<N> {
     /// Binds `bind` (a concrete IP; port 0 for any) and starts the driver. The device's GID is
-    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); peers are
-    /// learned from the wire ([`Host::set_learn_peers`]). `capture` records every datagram as
+    /// the socket's IP (`device`: the hardware device's RoCEv2 GID of that IP); a peer's
+    /// socket is learned from the wire once the CM accepted a MAD from it (the host's route
+    /// rule, `rnic_testbed::host`). `capture` records every datagram as
     /// it crosses the fault layer (`--pcap`, [`FaultyEndpoint::set_capture`]).
     ///
     /// # Errors
@@ -107,6 +110,10 @@ impl<N: PingNic> Node<N> {
         }
         let mut nic = N::open(name, addr, wire, device)?;
         nic.set_window_bytes(buffers.rc_window_bytes());
+        // A route for every client a server's lobby may run a handshake with, and for those
+        // waiting in the CM's backlog and in `deferred`, with room to spare.
+        let recv_buffer = buffers.recv;
+        nic.set_route_capacity(2 * lobby_size(recv_buffer, LISTEN_BACKLOG as usize));
         let pd = nic.device_mut().alloc_pd()?;
         let waiter = nic.event_waiter()?;
         let described = nic.describe();
@@ -115,7 +122,6 @@ impl<N: PingNic> Node<N> {
             cfg.path_mtu = cfg.path_mtu.min(max);
         }
         let mut host = Host::new(nic, cfg)?;
-        host.set_learn_peers(true);
         let ch = host.split().0.create_event_channel();
         // The drop decisions depend on the seed and each datagram ([`super::drops`]), not on
         // the socket as the identifiers do.
@@ -137,7 +143,7 @@ impl<N: PingNic> Node<N> {
                     any = true;
                 }
                 let h = ep.inner();
-                let cm = h.host().cm().pending_events(ch) > 0;
+                let cm = h.host().cm().pending_events(ch) > 0 || h.heard();
                 if h.data.is_empty() {
                     any || cm || h.has_comm_est()
                 } else {
@@ -165,6 +171,7 @@ impl<N: PingNic> Node<N> {
             refused: AtomicU64::new(0),
             deferred: Mutex::new(VecDeque::new()),
             lobby: Mutex::new(None),
+            recv_buffer,
             reported: Mutex::new(WireRecord::default()),
         })
     }
@@ -239,9 +246,12 @@ impl<N: PingNic> Node<N> {
     }
 
     /// Makes this node a server's: from now on, requests of waiting clients go to a
-    /// [`Lobby`] whose QPs keep `recvs` receives posted once in session.
-    pub fn open_lobby(&self, recvs: u32) {
-        *lock(&self.lobby) = Some(Lobby::new(recvs));
+    /// [`Lobby`] whose QPs keep `recvs` receives posted once in session, sized for the
+    /// socket's receive buffer ([`lobby_size`]), whose connected clients may stay silent for
+    /// `silent` (the server's `--timeout`).
+    pub fn open_lobby(&self, recvs: u32, silent: Duration) {
+        let size = lobby_size(self.recv_buffer, LISTEN_BACKLOG as usize);
+        *lock(&self.lobby) = Some(Lobby::new(recvs, size, silent));
     }
 
     /// Reads (and acks) every CM event on the channel: returns id `id`'s, and routes the
@@ -317,7 +327,7 @@ impl<N: PingNic> Node<N> {
     /// that waited for their IP address enter the lobby as soon as it is free. `None` when
     /// none came in time.
     pub(super) fn next_client(&self, wait: Duration) -> Option<Candidate> {
-        self.next_client_by(wait, Lobby::take_ready)
+        self.next_client_by(wait, |l, cx| l.take_ready(cx))
     }
 
     /// The next connection of the group `nonce` of address `ip` (a `--qps` client's) whose
@@ -328,23 +338,30 @@ impl<N: PingNic> Node<N> {
         ip: std::net::IpAddr,
         nonce: u32,
     ) -> Option<Candidate> {
-        self.next_client_by(wait, |l| l.take_ready_of(ip, nonce))
+        self.next_client_by(wait, |l, _| l.take_ready_of(ip, nonce))
     }
 
     fn next_client_by(
         &self,
         wait: Duration,
-        take: impl Fn(&mut Lobby) -> Option<Candidate>,
+        take: impl Fn(&mut Lobby, &mut Ctx<'_, N>) -> Option<Candidate>,
     ) -> Option<Candidate> {
         let deadline = self
             .handle()
             .now()
             .plus_nanos(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
         loop {
-            let ready = self.handle().with(|ep, now| {
+            let (ready, expiry) = self.handle().with(|ep, now| {
                 self.own_events(ep, now, None);
                 self.admit_deferred(ep, now);
-                lock(&self.lobby).as_mut().and_then(&take)
+                ep.inner_mut().take_heard();
+                let mut lobby = lock(&self.lobby);
+                let Some(lobby) = lobby.as_mut() else {
+                    return (None, None);
+                };
+                let mut cx = self.ctx(ep, now);
+                let expiry = lobby.expire_silent(&mut cx);
+                (take(lobby, &mut cx), expiry)
             });
             if ready.is_some() {
                 return ready;
@@ -356,10 +373,15 @@ impl<N: PingNic> Node<N> {
             if crate::interrupt::requested() {
                 return None;
             }
+            let until = expiry.map_or(deadline, |e| e.min(deadline));
+            if until <= now {
+                continue;
+            }
             let ch = self.ch;
-            self.handle().wait_until(deadline - now, |ep| {
+            self.handle().wait_until(until - now, |ep| {
                 ep.inner().host().cm().pending_events(ch) > 0
                     || ep.inner().has_comm_est()
+                    || ep.inner().heard()
                     || crate::interrupt::requested()
             });
         }
@@ -436,6 +458,11 @@ impl<N: PingNic> Node<N> {
     /// Requests evicted from the lobby by newer ones while still in their handshake.
     pub fn evicted(&self) -> u64 {
         lock(&self.lobby).as_ref().map_or(0, |l| l.evicted)
+    }
+
+    /// Clients disconnected for staying silent after their handshake completed.
+    pub fn silent(&self) -> u64 {
+        lock(&self.lobby).as_ref().map_or(0, |l| l.silent)
     }
 
     /// Clients refused because [`MAX_DEFERRED`] were already waiting.
@@ -539,6 +566,7 @@ fn drop_counters<N: PingNic>(
             ("pcap.not_written", capture_not_written),
             ("ping.clients_refused", node.refused()),
             ("ping.handshakes_evicted", node.evicted()),
+            ("ping.silent_clients", node.silent()),
         ])
         .map(|(k, v)| (k.to_string(), v))
         .collect()

@@ -321,6 +321,11 @@ impl Running {
         })
     }
 
+    /// The process id (of `rnic exec`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The exit status, if the process has exited.
     pub fn poll(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {

@@ -290,6 +290,8 @@ pub struct CmEngine {
     counters: CmCounters,
     /// Ids changed since [`CmEngine::take_changed`], while change tracking is on.
     changed: Option<BTreeSet<IbCmId>>,
+    /// `(remote GID, id)` of every id that has a peer (`engine/peers.rs`).
+    by_peer: BTreeSet<(Gid, IbCmId)>,
 }
 
 /// `self.conns.get_mut(&id)`, noting that the id's deadlines may change (see `TimerIndex`) and
@@ -310,6 +312,7 @@ macro_rules! conn_mut {
 // which they use).
 mod deadlines;
 mod log;
+mod peers;
 mod receive;
 mod removal;
 mod send;
@@ -350,6 +353,7 @@ impl CmEngine {
             events: VecDeque::new(),
             counters: CmCounters::default(),
             changed: None,
+            by_peer: BTreeSet::new(),
         };
         // Linux: random value chosen at module load XORed into every comm ID (cm-spec §2.9).
         e.comm_id_xor = e.next_random() as u32;
@@ -638,6 +642,7 @@ impl CmEngine {
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
             self.note_changed(id);
+            self.by_peer.remove(&(c.remote_gid, id));
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);

@@ -9,7 +9,19 @@ impl CmEngine {
     /// fails to decode or match is counted in [`CmCounters`] and dropped. A REP, RTU, MRA,
     /// REJ, DREQ or DREP is taken only from its connection's peer (`rx_wrong_source`
     /// otherwise): a difference from Linux, which matches on the comm IDs alone.
-    pub fn handle_datagram(&mut self, now: SimTime, src: Gid, mad: &[u8]) {
+    ///
+    /// Returns whether the MAD was *accepted*: handled by a connection or answered as Linux
+    /// answers it (a REQ taken or refused with a REJ, a DREQ for an unknown connection answered
+    /// with a DREP), as opposed to dropped by one of the `rx_*` drop counters (duplicates
+    /// included). A NIC learns a route to a new socket only for an accepted MAD
+    /// (`rnic_sim::peers`).
+    pub fn handle_datagram(&mut self, now: SimTime, src: Gid, mad: &[u8]) -> bool {
+        let refused = self.refused_mads();
+        self.receive(now, src, mad);
+        self.refused_mads() == refused
+    }
+
+    fn receive(&mut self, now: SimTime, src: Gid, mad: &[u8]) {
         self.counters.rx_mads += 1;
         let (hdr, msg) = match wire::decode(mad) {
             Ok(m) => m,
@@ -154,7 +166,6 @@ impl CmEngine {
             c.remote_comm_id = r.local_comm_id;
             c.remote_ca_guid = guid;
             c.remote_qpn = r.local_qpn;
-            c.remote_gid = src;
             c.local_gid = r.primary_path.remote_port_gid;
             c.sq_psn = r.starting_psn;
             c.responder_resources = r.initiator_depth;
@@ -177,6 +188,7 @@ impl CmEngine {
             c.in_tables = true;
             c.set_state(id, IbCmState::ReqRcvd);
         }
+        self.set_peer(id, src);
         self.remote_ids.insert((guid, r.local_comm_id), id);
         self.remote_qpns.insert((guid, r.local_qpn), id);
         self.event(

@@ -15,6 +15,7 @@ impl CmEngine {
         if let Some(c) = self.conns.remove(&id) {
             self.timers.get_mut().touch(id);
             self.note_changed(id);
+            self.by_peer.remove(&(c.remote_gid, id));
             self.by_local.remove(&c.local_comm_id);
             if let Some(l) = c.listener {
                 self.listeners.remove(&l.service_id);

@@ -55,7 +55,6 @@ impl CmEngine {
         if let Some(c) = conn_mut!(self, id) {
             c.tid = tid;
             c.local_gid = p.local_gid;
-            c.remote_gid = p.remote_gid;
             c.local_qpn = p.local_qpn & QPN_MASK;
             c.responder_resources = p.responder_resources;
             c.initiator_depth = p.initiator_depth;
@@ -67,6 +66,7 @@ impl CmEngine {
                 + cm_convert_to_ms(cfg.cm_response_timeout);
             c.set_state(id, IbCmState::ReqSent);
         }
+        self.set_peer(id, p.remote_gid);
         self.queue_with_retries(now, id, p.remote_gid, mad);
         Ok(())
     }

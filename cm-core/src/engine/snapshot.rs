@@ -223,7 +223,6 @@ impl CmEngine {
         c.local_comm_id = s.local_comm_id;
         c.remote_comm_id = s.remote_comm_id;
         c.local_gid = s.local_gid;
-        c.remote_gid = s.remote_gid;
         c.remote_ca_guid = s.remote_ca_guid;
         c.local_qpn = s.local_qpn;
         c.remote_qpn = s.remote_qpn;
@@ -233,6 +232,7 @@ impl CmEngine {
         c.tid = s.tid;
         c.dreq_tid = s.dreq_tid;
         c.set_state(id, s.state);
+        self.set_peer(id, s.remote_gid);
         self.note_changed(id);
         Ok(id)
     }

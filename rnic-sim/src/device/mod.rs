@@ -72,6 +72,10 @@ pub struct SimDevice {
     removed: bool,
     /// QPs attached to multicast groups (device/multicast.rs).
     mcast: crate::multicast::McastTable,
+    /// `(destination GID, QPN)` of every QP whose address vector is set (from the modify that
+    /// set it to RESET or destruction): the peers whose routes a NIC must not move
+    /// ([`SimDevice::has_qp_to`]).
+    dest_index: BTreeSet<(Gid, u32)>,
 }
 
 /// Counts `wcs` off the lingering completions of destroyed QPs.
@@ -132,7 +136,18 @@ impl SimDevice {
             deadline_of: BTreeMap::new(),
             removed: false,
             mcast: crate::multicast::McastTable::default(),
+            dest_index: BTreeSet::new(),
         }
+    }
+
+    /// Whether a QP of this device has `gid` as its destination (its address vector was set
+    /// and it was neither reset nor destroyed since): a connected QP's peer, whose route a
+    /// NIC must not let the wire move (`rnic_sim::peers`).
+    pub fn has_qp_to(&self, gid: Gid) -> bool {
+        self.dest_index
+            .range((gid, 0)..=(gid, u32::MAX))
+            .next()
+            .is_some()
     }
 
     pub(crate) fn gsi_mut(&mut self) -> &mut crate::gsi::Gsi {
@@ -528,7 +543,11 @@ impl Device for SimDevice {
             a.qkey = attr.qkey;
         }
         if mask.contains(M::AV) {
+            self.dest_index.remove(&(a.ah_attr.grh.dgid, qp.0));
             a.ah_attr = attr.ah_attr;
+            if qp_type != QpType::Ud {
+                self.dest_index.insert((a.ah_attr.grh.dgid, qp.0));
+            }
         }
         if mask.contains(M::PATH_MTU) {
             a.path_mtu = attr.path_mtu;
@@ -569,7 +588,10 @@ impl Device for SimDevice {
             a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         match next {
-            QpState::Reset => q.reset(),
+            QpState::Reset => {
+                self.dest_index.remove(&(q.attr.ah_attr.grh.dgid, qp.0));
+                q.reset()
+            }
             QpState::Err => {
                 if cur != QpState::Err {
                     q.enter_err(sh);
@@ -605,6 +627,7 @@ impl Device for SimDevice {
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
         self.alive()?;
         let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        self.dest_index.remove(&(q.attr.ah_attr.grh.dgid, qp.0));
         tracing::debug!(qpn = qp.0, state = %crate::log::qp_state_name(q.state()), "QP destroyed");
         self.srq_count_user(&q.init, false);
         for cq in [q.init.send_cq, q.init.recv_cq] {

@@ -675,6 +675,8 @@ impl SimQp {
                 return Err(inv_req());
             };
             if reth.dma_len > 0 {
+                // The region, and (for the application's own memory) that it is still there:
+                // its bytes are read when each response leaves.
                 sh.mrs
                     .check_remote(
                         self.pd,
@@ -683,6 +685,7 @@ impl SimQp {
                         u64::from(reth.dma_len),
                         AccessFlags::REMOTE_READ,
                     )
+                    .filter(|&(h, off)| sh.mrs.readable(h, off, reth.dma_len as usize))
                     .ok_or(RespErr::Fatal {
                         nak: NakCode::RemoteAccessError,
                         recv_status: WcStatus::RemAccessErr,
@@ -721,9 +724,14 @@ impl SimQp {
                 return Err(inv_req());
             };
             // A read-modify-write within this call: atomic towards every other device
-            // operation (see `ExternalMemory`).
+            // operation (see `ExternalMemory`). Inside the region (checked above), so only
+            // memory the application unmapped since can fail: a remote access error.
+            let gone = || RespErr::Fatal {
+                nak: NakCode::RemoteAccessError,
+                recv_status: WcStatus::RemAccessErr,
+            };
             let mut b = [0u8; 8];
-            e.memory.read(off, &mut b).ok_or_else(inv_req)?;
+            e.memory.read(off, &mut b).ok_or_else(gone)?;
             // Atomics operate on little-endian u64s (the byte order of rxe on x86 hosts).
             let orig = u64::from_le_bytes(b);
             let new = if op == RcCompareSwap {
@@ -735,9 +743,7 @@ impl SimQp {
             } else {
                 orig.wrapping_add(a.swap_add)
             };
-            e.memory
-                .write(off, &new.to_le_bytes())
-                .ok_or_else(inv_req)?;
+            e.memory.write(off, &new.to_le_bytes()).ok_or_else(gone)?;
             self.push_resource(RdRes::Atomic { psn, orig });
             self.resp.msn = psn_add(self.resp.msn, 1);
             self.resp.psn = psn_add(psn, 1);

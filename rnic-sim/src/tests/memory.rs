@@ -36,14 +36,16 @@ impl ExternalMemory for AppBuf {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
-    fn read(&self, offset: usize, buf: &mut [u8]) {
+    fn read(&self, offset: usize, buf: &mut [u8]) -> bool {
         let v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         buf.copy_from_slice(&v[offset..offset + buf.len()]);
+        true
     }
 
-    fn write(&self, offset: usize, data: &[u8]) {
+    fn write(&self, offset: usize, data: &[u8]) -> bool {
         let mut v = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         v[offset..offset + data.len()].copy_from_slice(data);
+        true
     }
 }
 

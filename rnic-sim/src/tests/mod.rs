@@ -5,6 +5,7 @@ mod bad_packets;
 mod cq_events;
 mod err_flush;
 mod memory;
+mod memory_gone;
 mod modify_qp;
 mod objects;
 mod payload_read;

@@ -6,15 +6,26 @@
 //! forgery must not end, reject or complete anything (S5, S2, S6 on the history), and after the
 //! run no forged payload may be found in a scripted host's memory ([`landed`], reported as S6).
 //! What the World gives the attacker to send with is `world/forge.rs`.
+//!
+//! Since issue 25 the attacker also speaks from the target's peer's IP address on another
+//! port ([`Forgery::ForeignPort`]: what any process on that host can do): a CM forgery with
+//! the right IDs, a forged WRITE or plain junk. Before it, such a datagram moved the peer's
+//! route to the attacker's socket in librnic and the ping server; the NIC's route rule
+//! (`rnic_sim::peers`) must drop every one of them.
 
 use super::{pick, Runner, Trigger, US};
 use crate::oracle::{Invariant, Violation};
-use crate::world::{forged_ack, forged_req, forged_send, forged_write, write_slot, End, World};
+use crate::world::{
+    forged_ack, forged_req, forged_send, forged_write, host_ip, write_slot, End, World, FORGED_TID,
+};
+use bytes::Bytes;
 use cm_core::api::CmEventType;
 use cm_core::engine::IbCmState;
 use cm_core::wire::{CmMessage, CmMsgResponse, Drep, Dreq, Mra, Rej, RejectReason, Rtu};
 use rnic_sim::rng::Rng;
+use rnic_sim::{gsi_packet, GSI_QPN};
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use verbs_core::{SimTime, PSN_MASK};
 
 /// A CM message an [`Attack`] forges, as the target's peer would send it.
@@ -66,6 +77,22 @@ pub enum Forgery {
         /// Packets.
         count: u8,
     },
+    /// From the target's peer's IP address on another port (not its RNIC's socket): `what`.
+    ForeignPort {
+        /// What is sent.
+        what: Foreign,
+    },
+}
+
+/// What a [`Forgery::ForeignPort`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreign {
+    /// A CM message with the live comm IDs, as the peer would send it.
+    Cm(CmKind),
+    /// A WRITE into the target's WRITE destination with its real rkey, at the expected PSN.
+    Write,
+    /// Bytes that are no RoCEv2 datagram.
+    Junk,
 }
 
 /// One forgery and when it is sent.
@@ -131,7 +158,7 @@ impl Hostile {
                     ],
                 );
                 let right_ids = rng.chance(0.85);
-                let forgery = match rng.below(20) {
+                let forgery = match rng.below(23) {
                     0..=9 => Forgery::Cm { kind, right_ids },
                     10..=13 => Forgery::Rc {
                         write: rng.chance(0.6),
@@ -144,7 +171,14 @@ impl Hostile {
                     16..=17 => Forgery::ReqFlood {
                         n: rng.range_u64(1..=10) as u32,
                     },
-                    _ => Forgery::StaleReq,
+                    18..=19 => Forgery::StaleReq,
+                    _ => Forgery::ForeignPort {
+                        what: match rng.below(3) {
+                            0 => Foreign::Cm(kind),
+                            1 => Foreign::Write,
+                            _ => Foreign::Junk,
+                        },
+                    },
                 };
                 Attack {
                     when,
@@ -234,60 +268,42 @@ fn fire(
     let (t, p) = (a.target, 1 - a.target.min(1));
     let target = end_of(rs, t);
     let peer = end_of(rs, p);
-    let id_of = |e: Option<End>| e.and_then(|e| w.comm_id(e)).unwrap_or(0);
-    let (tc, pc) = (id_of(target), id_of(peer));
     match a.forgery {
         Forgery::Cm { kind, right_ids } => {
-            let x = if right_ids { 0 } else { 0x5a5a_5a5a };
-            let (tc, pc) = (tc ^ x, pc ^ x);
-            let state = target.and_then(|e| w.ib_cm_state(t, e.id));
-            let responding_to = match state {
-                Some(IbCmState::ReqSent | IbCmState::MraReqRcvd) => CmMsgResponse::Req,
-                Some(IbCmState::RepSent | IbCmState::MraRepRcvd) => CmMsgResponse::Rep,
-                _ => CmMsgResponse::Other,
-            };
-            let msg = match kind {
-                CmKind::Dreq => CmMessage::Dreq(Dreq {
-                    local_comm_id: pc,
-                    remote_comm_id: tc,
-                    remote_qpn_eecn: target.map_or(0, |e| e.qp.qp_num),
-                    private_data: Vec::new(),
-                }),
-                CmKind::Rej(reason) => {
-                    let timeout = reason == u16::from(RejectReason::Timeout);
-                    let guid = w.config().cm_config(p, w.epoch(p)).ca_guid;
-                    CmMessage::Rej(Rej {
-                        local_comm_id: pc,
-                        remote_comm_id: tc,
-                        message_rejected: responding_to,
-                        reason,
-                        ari: if timeout {
-                            guid.to_be_bytes().to_vec()
-                        } else {
-                            Vec::new()
-                        },
-                        private_data: Vec::new(),
-                    })
-                }
-                CmKind::Drep => CmMessage::Drep(Drep {
-                    local_comm_id: pc,
-                    remote_comm_id: tc,
-                    private_data: Vec::new(),
-                }),
-                CmKind::Rtu => CmMessage::Rtu(Rtu {
-                    local_comm_id: pc,
-                    remote_comm_id: tc,
-                    private_data: Vec::new(),
-                }),
-                CmKind::Mra => CmMessage::Mra(Mra {
-                    local_comm_id: pc,
-                    remote_comm_id: tc,
-                    message_mraed: responding_to,
-                    service_timeout: 24,
-                    private_data: Vec::new(),
-                }),
-            };
+            let msg = cm_forgery(w, t, p, kind, right_ids, rs);
             w.forge_mad(attacker, t, &msg)
+        }
+        Forgery::ForeignPort { what } => {
+            // Another port of the peer's IP: any process on that host can bind one.
+            let src = SocketAddr::new(host_ip(p), 5555 + (k % 1000) as u16);
+            match what {
+                Foreign::Cm(kind) => {
+                    let msg = cm_forgery(w, t, p, kind, true, rs);
+                    let mad = msg.encode(FORGED_TID, 0).map_err(|e| {
+                        verbs_core::Error::new(e.errno(), format!("forged MAD: {e}"))
+                    })?;
+                    let packet = gsi_packet(GSI_QPN, 0, Bytes::copy_from_slice(&mad));
+                    w.inject_as(attacker, Some(src), t, Ok(&packet))
+                }
+                Foreign::Write => {
+                    let Some(te) = target else {
+                        return Ok(());
+                    };
+                    let (Some(epsn), Some((addr, rkey))) =
+                        (w.rq_psn(te), w.write_target(t, u64::from(k)))
+                    else {
+                        return Ok(());
+                    };
+                    let packet = forged_write(te.qp.qp_num, epsn, addr, rkey, 32);
+                    w.inject_as(attacker, Some(src), t, Ok(&packet))
+                }
+                Foreign::Junk => w.inject_as(
+                    attacker,
+                    Some(src),
+                    t,
+                    Err(Bytes::from_static(b"\x01junk from another port")),
+                ),
+            }
         }
         Forgery::ReqFlood { n } => {
             let guid = w.config().cm_config(attacker, 0).ca_guid;
@@ -345,6 +361,72 @@ fn fire(
             }
             Ok(())
         }
+    }
+}
+
+/// The CM message `kind` as host `p` (the target `t`'s peer) would send it on the connection
+/// now: its comm IDs (XORed with a constant unless `right_ids`), the target's QPN, the
+/// message the target is waiting on.
+fn cm_forgery(
+    w: &World,
+    t: usize,
+    p: usize,
+    kind: CmKind,
+    right_ids: bool,
+    rs: &[Runner],
+) -> CmMessage {
+    let target = end_of(rs, t);
+    let peer = end_of(rs, p);
+    let id_of = |e: Option<End>| e.and_then(|e| w.comm_id(e)).unwrap_or(0);
+    let (tc, pc) = (id_of(target), id_of(peer));
+    let x = if right_ids { 0 } else { 0x5a5a_5a5a };
+    let (tc, pc) = (tc ^ x, pc ^ x);
+    let state = target.and_then(|e| w.ib_cm_state(t, e.id));
+    let responding_to = match state {
+        Some(IbCmState::ReqSent | IbCmState::MraReqRcvd) => CmMsgResponse::Req,
+        Some(IbCmState::RepSent | IbCmState::MraRepRcvd) => CmMsgResponse::Rep,
+        _ => CmMsgResponse::Other,
+    };
+    match kind {
+        CmKind::Dreq => CmMessage::Dreq(Dreq {
+            local_comm_id: pc,
+            remote_comm_id: tc,
+            remote_qpn_eecn: target.map_or(0, |e| e.qp.qp_num),
+            private_data: Vec::new(),
+        }),
+        CmKind::Rej(reason) => {
+            let timeout = reason == u16::from(RejectReason::Timeout);
+            let guid = w.config().cm_config(p, w.epoch(p)).ca_guid;
+            CmMessage::Rej(Rej {
+                local_comm_id: pc,
+                remote_comm_id: tc,
+                message_rejected: responding_to,
+                reason,
+                ari: if timeout {
+                    guid.to_be_bytes().to_vec()
+                } else {
+                    Vec::new()
+                },
+                private_data: Vec::new(),
+            })
+        }
+        CmKind::Drep => CmMessage::Drep(Drep {
+            local_comm_id: pc,
+            remote_comm_id: tc,
+            private_data: Vec::new(),
+        }),
+        CmKind::Rtu => CmMessage::Rtu(Rtu {
+            local_comm_id: pc,
+            remote_comm_id: tc,
+            private_data: Vec::new(),
+        }),
+        CmKind::Mra => CmMessage::Mra(Mra {
+            local_comm_id: pc,
+            remote_comm_id: tc,
+            message_mraed: responding_to,
+            service_timeout: 24,
+            private_data: Vec::new(),
+        }),
     }
 }
 

@@ -36,7 +36,7 @@ pub use event_knobs::{
     ADDR_CHANGE_SHARE, CQ_OVERRUN_SHARE, NOTIFY_SHARE, REMOVE_DEVICE_SHARE, SRQ_SHARE,
 };
 use generate::pick;
-pub use hostile::{Attack, CmKind, Forgery, Hostile};
+pub use hostile::{Attack, CmKind, Foreign, Forgery, Hostile};
 pub use knobs::{DEEP_POST_SHARE, HOST_CM_SHARE, LATE_ACCEPT_SHARE, MSG_FAULT_SHARE};
 pub use replay::{replay_seed, Replay};
 pub use runner::run;

@@ -4,9 +4,10 @@
 //! A hostile host is an ordinary host of the World whose application sends forgeries instead
 //! of using the CM: CM MADs from its QP1 ([`World::forge_mad`]) and raw RoCEv2 datagrams from
 //! its UDP socket ([`World::inject`]; [`forged_write`], [`forged_send`], [`forged_ack`] build
-//! them). Its addresses are its own — the simulated fabric carries every datagram from its
-//! sender's socket, so source address spoofing is outside this threat model — but everything
-//! inside a datagram is the attacker's choice, and the tests hand it the best possible guess:
+//! them). Its addresses are its own, or (issue 25) another port of a host's IP
+//! ([`World::inject_as`]: on a real host any process can bind one, so a datagram from a
+//! peer's IP on a port other than its RNIC's proves nothing); everything inside a datagram is
+//! the attacker's choice, and the tests hand it the best possible guess:
 //! a connection's comm IDs ([`World::comm_id`]), QPNs, PSNs ([`World::rq_psn`],
 //! [`World::sq_psn`]) and a memory region's address and rkey ([`World::write_target`]).
 //!
@@ -212,17 +213,44 @@ impl World {
     /// # Errors
     /// No host `from` or `to`, or `packet` does not encode.
     pub fn inject(&mut self, from: usize, to: usize, packet: &Packet) -> Result<(), Error> {
+        self.inject_as(from, None, to, Ok(packet))
+    }
+
+    /// [`inject`](Self::inject) from socket `src` (`None`: host `from`'s own) — e.g. another
+    /// port of the target's peer's IP — of `packet`, or of raw `bytes` that need not be a
+    /// RoCEv2 datagram at all (junk). Recorded as host `from`'s.
+    ///
+    /// # Errors
+    /// No host `from` or `to`, or `packet` does not encode.
+    pub fn inject_as(
+        &mut self,
+        from: usize,
+        src: Option<std::net::SocketAddr>,
+        to: usize,
+        packet: Result<&Packet, Bytes>,
+    ) -> Result<(), Error> {
         // Hand what the hosts queued at this instant to the fabric first: the per-sender send
         // order of `tx_meta` must stay the fabric's.
         self.next_wake();
         let addr = |h: usize| self.sim.endpoint(h).map(|n| n.host.addr());
-        let (Some(src), Some(dst)) = (addr(from), addr(to)) else {
+        let (Some(own), Some(dst)) = (addr(from), addr(to)) else {
             return Err(Error::new(Errno::EINVAL, "forged packet: no such host"));
         };
+        let src = src.unwrap_or(own);
         let flow = Flow::new(src, dst);
-        let bytes = encode(packet, &flow)
-            .map_err(|e| Error::new(Errno::EINVAL, format!("forged packet: {e}")))?
-            .freeze();
+        let (bytes, packet) = match packet {
+            Ok(p) => (
+                encode(p, &flow)
+                    .map_err(|e| Error::new(Errno::EINVAL, format!("forged packet: {e}")))?
+                    .freeze(),
+                p.clone(),
+            ),
+            Err(junk) => (
+                junk.clone(),
+                Packet::bare(Opcode::RcAcknowledge, 0, 0, junk),
+            ),
+        };
+        let packet = &packet;
         let msg = match super::WireMsg::parse(&bytes) {
             m if m.attr != 0 => m,
             _ => super::WireMsg {

@@ -28,6 +28,22 @@ pub struct Node {
     /// Datagrams a targeted delay holds: (release time, send order, destination, bytes).
     held: Vec<(SimTime, u64, SocketAddr, Bytes)>,
     held_seq: u64,
+    /// The World's last host: the only one that sends from a socket other than an RNIC's (a
+    /// hostile host speaking from another port of a peer's IP, [`World::inject_as`]), so what
+    /// comes from such a socket is its.
+    ///
+    /// [`World::inject_as`]: super::World::inject_as
+    last: u8,
+}
+
+/// The host a datagram from `src` is from: the one whose IP it is, unless it came from a port
+/// other than the RNICs' (4791), which only the World's last host (a hostile one) uses.
+pub(super) fn sender(src: SocketAddr, last: u8) -> u8 {
+    if src.port() == rnic_sim::roce::ROCE_V2_UDP_DPORT {
+        host_index(src.ip()) as u8
+    } else {
+        last
+    }
 }
 
 /// What the wire tap saw.
@@ -46,7 +62,8 @@ pub(super) enum Dir {
     /// A held datagram entered the network (already recorded as sent).
     TxReleased,
     Rx,
-    /// Received, and dropped by the NIC as undecodable.
+    /// Received, and dropped by the NIC: undecodable, or from a socket it does not take
+    /// (`rnic_sim::peers`).
     RxDropped,
 }
 
@@ -88,12 +105,16 @@ impl Endpoint for Node {
     fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         self.touch();
         let msg = WireMsg::parse(&bytes);
-        let bad_before = self.host.nic().datagram_counters().rx_decode_errors;
+        let refused = |n: &Self| {
+            let c = n.host.nic().datagram_counters();
+            c.rx_decode_errors + c.rx_foreign_socket
+        };
+        let bad_before = refused(self);
         self.host.handle_datagram(now, src, bytes);
-        let dropped = self.host.nic().datagram_counters().rx_decode_errors != bad_before;
+        let dropped = refused(self) != bad_before;
         if msg.attr != 0 || dropped {
             let dir = if dropped { Dir::RxDropped } else { Dir::Rx };
-            self.wire.push((now, dir, host_index(src.ip()) as u8, msg));
+            self.wire.push((now, dir, sender(src, self.last), msg));
         }
     }
 
@@ -180,5 +201,6 @@ pub(super) fn new_node(cfg: &WorldConfig, h: usize, epoch: u8) -> Result<Node, E
         rules: Rules::new(h, &cfg.msg_faults),
         held: Vec::new(),
         held_seq: 0,
+        last: u8::try_from(cfg.hosts.saturating_sub(1)).unwrap_or(u8::MAX),
     })
 }

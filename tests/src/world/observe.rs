@@ -3,7 +3,7 @@
 //! async events (`world/async_events.rs`), note QPs in ERR — and record it in the
 //! [`History`](super::History).
 
-use super::config::{host_index, host_ip, MS, SLOT_BYTES};
+use super::config::{host_ip, MS, SLOT_BYTES};
 use super::node::Dir;
 use super::payload::matches_pattern;
 use super::{errno_of, Call, EventMode, Fault, Node, Op, Queue, Record, WireMsg, World};
@@ -350,7 +350,8 @@ impl World {
             };
             match ev.kind {
                 FabricEventKind::Sent { .. } => {
-                    let h = host_index(ev.src.ip());
+                    let last = u8::try_from(self.apps.len().saturating_sub(1)).unwrap_or(u8::MAX);
+                    let h = usize::from(super::node::sender(ev.src, last));
                     let k = self.tx_matched.get(h).copied().unwrap_or(0);
                     let msg = self
                         .tx_meta
