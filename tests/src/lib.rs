@@ -22,3 +22,8 @@ pub mod world;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of `docs/rust.md`, compiled and run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/rust.md")]
+pub struct RustGuideDoctests;
