@@ -10,7 +10,7 @@ const RNIC: &str = env!("CARGO_BIN_EXE_rnic");
 
 /// The lines the example prints, in order, with the ephemeral port left out.
 const EXPECTED: &[&str] = &[
-    "server: listening on 127.0.180.9:",
+    "server: listening on 127.0.98.9:",
     "client: RDMA_CM_EVENT_ADDR_RESOLVED (status 0)",
     "client: RDMA_CM_EVENT_ROUTE_RESOLVED (status 0)",
     "server: RDMA_CM_EVENT_CONNECT_REQUEST (status 0)",
@@ -55,9 +55,9 @@ fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
     assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
 
     let mut child = Command::new(RNIC)
-        .args(["exec", "--addr", "127.0.180.9", "--"])
+        .args(["exec", "--addr", "127.0.98.9", "--"])
         .arg(&bin)
-        .arg("127.0.180.9")
+        .arg("127.0.98.9")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
