@@ -31,7 +31,10 @@ const EXPECTED: &[&str] = &[
 
 #[test]
 fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
-    let headers = ["/usr/include/rdma/rdma_cma.h", "/usr/include/infiniband/verbs.h"];
+    let headers = [
+        "/usr/include/rdma/rdma_cma.h",
+        "/usr/include/infiniband/verbs.h",
+    ];
     if let Some(h) = headers.iter().find(|h| !Path::new(h).exists()) {
         assert!(
             std::env::var("RNIC_REQUIRE_RDMA_HEADERS").as_deref() != Ok("1"),
@@ -52,7 +55,11 @@ fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
         .args(["-lrdmacm", "-libverbs"])
         .output()
         .unwrap_or_else(|e| panic!("cc (gcc is needed for this test): {e}"));
-    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
 
     let mut child = Command::new(RNIC)
         .args(["exec", "--addr", "127.0.98.9", "--"])

@@ -10,10 +10,10 @@ use crate::roce::Packet;
 use crate::shared::Shared;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use verbs_core::{
-    check_modify, AccessFlags, AsyncEvent, CompChannel, CqHandle, Device, DeviceAttr, Errno, Error,
-    Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState, PostError, Qp, QpAttr, QpAttrMask,
-    QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result, SendWr, SimTime, SrqAttr, SrqAttrMask,
-    SrqHandle, SrqInitAttr, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
+    check_modify, AccessFlags, AsyncElement, AsyncEvent, CompChannel, CqHandle, Device, DeviceAttr,
+    Errno, Error, Gid, Mr, MrHandle, Mtu, PdHandle, PortAttr, PortState, PostError, Qp, QpAttr,
+    QpAttrMask, QpHandle, QpInitAttr, QpState, QpType, RecvWr, Result, SendWr, SimTime, SrqAttr,
+    SrqAttrMask, SrqHandle, SrqInitAttr, WorkCompletion, LINK_LAYER_ETHERNET, PSN_MASK, QPN_MASK,
 };
 
 mod config;
@@ -433,6 +433,7 @@ impl Device for SimDevice {
         if let Some(c) = self.sh.cqs.remove(&cq.0) {
             self.forget_lingering(c.entries.iter());
         }
+        self.sh.forget_events_of(AsyncElement::Cq(cq));
         Ok(())
     }
 
@@ -654,6 +655,7 @@ impl Device for SimDevice {
         }
         self.tx_pending.retain(|&q| q != qp.0);
         self.sh.entered_err.remove(&qp.0);
+        self.sh.forget_events_of(AsyncElement::Qp(qp.0));
         self.mcast.detach_all(qp.0);
         self.sync_deadline(qp.0);
         Ok(())

@@ -100,6 +100,7 @@ impl SimDevice {
             return Err(Error::new(Errno::EBUSY, "SRQ still used by a QP"));
         }
         self.sh.srqs.remove(&srq.0);
+        self.sh.forget_events_of(AsyncElement::Srq(srq));
         Ok(())
     }
 

@@ -78,6 +78,15 @@ impl Shared {
         self.events.push_back(e);
     }
 
+    /// Drops the queued async events of a destroyed object: the kernel frees an object's
+    /// unread events when it is destroyed (`ib_uverbs_release_uevent` from `uverbs_free_qp`,
+    /// `uverbs_free_cq`, `uverbs_free_srq` [uverbs_std_types.c]), so none is read for an object
+    /// that is gone (or for a later one with its QPN), and an application that never reads its
+    /// async events does not grow the queue past its live objects.
+    pub fn forget_events_of(&mut self, element: AsyncElement) {
+        self.events.retain(|e| e.element != element);
+    }
+
     /// Adds a completion to `cq`. Returns false when it was lost to an overrun (which raises
     /// `CQ_ERR` the first time) or the CQ is unknown.
     pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) -> bool {

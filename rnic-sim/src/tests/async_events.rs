@@ -212,6 +212,20 @@ fn comm_est_is_raised_once_on_the_first_request_to_a_qp_already_in_rts() {
 }
 
 #[test]
+fn destroying_a_qp_drops_its_unread_events() {
+    // As ib_uverbs_release_uevent: an application that never reads its async events (an
+    // rsocket server: a COMM_EST per accepted QP) holds none past the QP's life.
+    let (mut a, mut b) = pair();
+    b.dev.post_recv(b.qp.handle, &[recv(&b, 0, 0, 8)]).unwrap();
+    a.dev.post_send(a.qp.handle, &[send(&a, 1, 0, 8)]).unwrap();
+    pump(&mut a, &mut b);
+    assert_eq!(b.dev.pending_async_events(), 1, "COMM_EST queued, unread");
+    b.dev.destroy_qp(b.qp.handle).unwrap();
+    assert_eq!(b.dev.pending_async_events(), 0);
+    assert_eq!(events(&mut b.dev), []);
+}
+
+#[test]
 fn error_completions_are_zero_filled_by_default() {
     let (mut a, _b) = pair();
     a.dev.post_recv(a.qp.handle, &[recv(&a, 7, 0, 8)]).unwrap();
