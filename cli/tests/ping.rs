@@ -642,14 +642,16 @@ fn ping_between_two_network_namespaces_over_a_veth_pair() {
         }
     };
     let [a, b] = &ns.names;
+    // Each side under timeout(1): a hang fails the test with status 124 instead of holding
+    // the suite.
     let s = spawn_server(
-        &["ip", "netns", "exec", a],
+        &["timeout", "120", "ip", "netns", "exec", a],
         "10.77.0.1:4791",
         &["--fast-timers", "--json"],
     );
     assert_eq!(s.addr.to_string(), "10.77.0.1:4791");
     let (cc, cout) = run_client(
-        &["ip", "netns", "exec", b],
+        &["timeout", "120", "ip", "netns", "exec", b],
         s.addr,
         &[
             "--fast-timers",
