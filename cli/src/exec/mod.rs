@@ -8,6 +8,7 @@
 //! the program's status. Files: [`supervise`] (start, signals, wait, exit status), [`teardown`]
 //! (the CM that speaks for the dead program).
 
+pub mod device_files;
 pub mod supervise;
 pub mod teardown;
 
@@ -62,6 +63,12 @@ pub struct ExecOptions {
     /// become rsockets on this RNIC (RNIC_RSPRELOAD names the library). docs/capi.md.
     #[arg(long)]
     pub rsockets: bool,
+    /// Whether the program sees `/dev/infiniband/uverbs0` and `/sys/class/infiniband/<device>`,
+    /// which UCX looks for: `auto` makes them, where they are missing, in a mount namespace of
+    /// the program's own (unprivileged: needs user namespaces), and says in one line when it
+    /// cannot; `require` refuses to start the program then; `off` never makes them.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = device_files::DeviceFiles::Auto)]
+    pub device_files: device_files::DeviceFiles,
     /// The program and its arguments (`--` before them is optional unless the program's name
     /// starts with `-`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
