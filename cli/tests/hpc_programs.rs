@@ -160,7 +160,9 @@ fn ucx_perftest(name: &str, n: u8, test_args: &[&str]) {
         let w: Vec<&str> = l.split_whitespace().collect();
         w.first() == Some(&"Final:") && w.get(1) == Some(&iters)
     });
-    out.check(done, || format!("no `Final: {iters} …` line from the client"));
+    out.check(done, || {
+        format!("no `Final: {iters} …` line from the client")
+    });
     out.show();
 }
 
