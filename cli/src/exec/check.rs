@@ -40,7 +40,10 @@ pub fn checking(mode: Option<CheckMode>, report: Option<&Path>) -> Option<Checki
     }
     let (report, temporary) = match report {
         // Absolute: the program may change directory.
-        Some(p) => (std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()), false),
+        Some(p) => (
+            std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+            false,
+        ),
         None => (
             std::env::temp_dir().join(format!("rnic-check-{}.json", std::process::id())),
             true,
@@ -65,10 +68,10 @@ impl Checking {
         let _ = std::fs::remove_file(&self.report); // a stale one is not this run's
     }
 
-    /// After the program (process `pid`) ended with `status`: how many findings its report
+    /// After the program (`program`, process `pid`) ended with `status`: how many findings its report
     /// has (`None`: no report; then says why on stderr, and writes a report with no finding
     /// and the reason as `"incomplete"` where `--check-report` asked for one).
-    pub fn findings(&self, pid: u32, status: ExitStatus) -> Option<usize> {
+    pub fn findings(&self, program: &str, pid: u32, status: ExitStatus) -> Option<usize> {
         use std::os::unix::process::ExitStatusExt;
         let read = std::fs::read_to_string(&self.report)
             .ok()
@@ -89,7 +92,7 @@ impl Checking {
         eprintln!("rnic exec: no check report: {why}");
         if !self.temporary {
             let stub = serde_json::json!({
-                "program": "", "pid": pid, "findings": [], "counts": {}, "faults": [],
+                "program": program, "pid": pid, "findings": [], "counts": {}, "faults": [],
                 "incomplete": why,
             });
             let _ = std::fs::write(&self.report, stub.to_string());

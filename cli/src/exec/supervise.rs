@@ -168,7 +168,9 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
     let status = wait(&mut child, &forwarder);
     let checking = super::check::checking(opts.check, opts.check_report.as_deref());
     let failed = checking.and_then(|c| {
-        super::check::verdict(c.mode, status, c.findings(pid, status))
+        let program = opts.argv.first().map(|p| p.to_string_lossy().into_owned());
+        let n = c.findings(program.as_deref().unwrap_or(""), pid, status);
+        super::check::verdict(c.mode, status, n)
     });
     if let (Some(r), OnDeath::Kernel) = (rnic, opts.on_death) {
         let linger = opts.linger.map(Duration::from_millis);
