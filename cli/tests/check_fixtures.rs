@@ -7,7 +7,7 @@
 //! Addresses 127.0.26.1–127.0.26.19 (one per test). Needs `cc`, rdma-core's headers
 //! (`RNIC_REQUIRE_RDMA_HEADERS=1` fails instead of skipping without them) and librnic.so.
 
-#[allow(dead_code)]
+#[allow(unused_imports)] // the harness re-exports its parsers, which these tests do not need
 mod common_programs;
 
 use common_programs::{tools_available, RNIC};
