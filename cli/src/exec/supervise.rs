@@ -21,9 +21,10 @@
 //!   is never signalled after it was reaped (the wait does not reap until forwarding stopped),
 //!   so its process ID cannot have been reused.
 //! * **After**: with `--check`, the program's report is read ([`super::check`]);
-//!   `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the
-//!   program's status (3 under `--check=fail` for an exit 0 with findings): its exit code, or its signal raised again on `rnic exec` itself (with
-//!   core dumps off: the program's core, if any, is the one that matters).
+//!   `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the program's
+//!   status (but 3 under `--check=fail` for an exit 0 with findings): its exit code, or its
+//!   signal raised again on `rnic exec` itself (with core dumps off: the program's core, if
+//!   any, is the one that matters).
 
 use super::teardown;
 use super::{program_env, ExecOptions, OnDeath};
