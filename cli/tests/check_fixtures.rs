@@ -204,3 +204,9 @@ fn destroy_id_unacked_event_is_reported_when_the_hung_program_is_terminated() {
     );
     assert_eq!(out.status.code(), Some(124), "timeout's status: {stderr}");
 }
+
+#[test]
+fn event_never_fetched() {
+    let t = "event_never_fetched";
+    gives(t, t, "127.0.26.11", &[], "event-never-fetched");
+}

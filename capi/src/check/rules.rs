@@ -19,13 +19,15 @@ pub enum Rule {
     DeviceRemovalIgnored,
     /// An event returned by `rdma_get_cm_event` never acked.
     EventNotAcked,
+    /// At exit, an event of a live id arrived on its channel and was never fetched.
+    EventNeverFetched,
     /// Objects the program made and never destroyed.
     Leak,
 }
 
 impl Rule {
     /// Every rule, in report order.
-    pub const ALL: [Rule; 8] = [
+    pub const ALL: [Rule; 9] = [
         Rule::DestroyIdUnackedEvent,
         Rule::DestroyIdWithQp,
         Rule::DestroyChannelWithIds,
@@ -33,6 +35,7 @@ impl Rule {
         Rule::CqOverrun,
         Rule::DeviceRemovalIgnored,
         Rule::EventNotAcked,
+        Rule::EventNeverFetched,
         Rule::Leak,
     ];
 
@@ -46,6 +49,7 @@ impl Rule {
             Rule::CqOverrun => "cq-overrun",
             Rule::DeviceRemovalIgnored => "device-removal-ignored",
             Rule::EventNotAcked => "event-not-acked",
+            Rule::EventNeverFetched => "event-never-fetched",
             Rule::Leak => "leak",
         }
     }
@@ -80,6 +84,10 @@ impl Rule {
             Rule::EventNotAcked => {
                 "rdma_ack_cm_event(3): \"All events which are allocated by rdma_get_cm_event \
                  must be released\"; rdma_destroy_id waits for them"
+            }
+            Rule::EventNeverFetched => {
+                "rdma_get_cm_event(3): a program reports its ids' events by fetching them; \
+                 rdma_disconnect(3): DISCONNECTED asks the program to disconnect and tear down"
             }
             Rule::Leak => {
                 "rdma_destroy_id(3), ibv_destroy_qp(3), ibv_destroy_cq(3), ibv_dereg_mr(3), \

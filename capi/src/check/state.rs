@@ -42,6 +42,9 @@ pub struct Live {
     pub qps: Vec<(usize, u32)>,
     /// CQs: address and whether each overran.
     pub cqs: Vec<(usize, bool)>,
+    /// Events queued on a live id's channel and never fetched: the id (the listener, for a
+    /// CONNECT_REQUEST) and the event's name; TIMEWAIT_EXIT is left out.
+    pub unfetched: Vec<(usize, &'static str)>,
 }
 
 /// The checker's memory (see the module docs).
@@ -202,6 +205,14 @@ impl State {
                 ),
             );
         }
+        for (id, kind) in &live.unfetched {
+            self.find(
+                Rule::EventNeverFetched,
+                at_ms,
+                None,
+                format!("{kind} for id {id:#x} arrived and was never fetched"),
+            );
+        }
         for (cq, overran) in &live.cqs {
             if *overran {
                 self.overran(*cq, None, at_ms);
@@ -213,6 +224,7 @@ impl State {
             .iter()
             .map(|(_, f)| f.counted_against)
             .chain(removed.iter().map(|(id, _)| *id))
+            .chain(live.unfetched.iter().map(|(id, _)| *id))
             .collect();
         let mut excused_channels = BTreeSet::new();
         let mut excused_qps = BTreeSet::new();
@@ -325,6 +337,24 @@ mod tests {
         };
         s.at_exit(&live, 5);
         assert_eq!(rules(&s), ["event-not-acked"]);
+    }
+
+    #[test]
+    fn an_unfetched_disconnected_names_its_id_instead_of_a_leak() {
+        let mut s = State::default();
+        s.channels.insert(0x50);
+        let live = Live {
+            ids: vec![LiveId {
+                id: 0x1,
+                channel: 0x50,
+                qp: None,
+            }],
+            unfetched: vec![(0x1, "RDMA_CM_EVENT_DISCONNECTED")],
+            ..Live::default()
+        };
+        s.at_exit(&live, 5);
+        assert_eq!(rules(&s), ["event-never-fetched"]);
+        assert!(s.findings[0].message.contains("DISCONNECTED"));
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //! its own handler keeps it (and, if it then calls `exit()`, gets the report at exit). SIGKILL
 //! cannot be caught: then `rnic exec` says that the report is missing.
 
-use super::objects::{registry, IdBox};
+use super::objects::{registry, ChannelBox, IdBox};
 use super::{in_child, runtime};
 use crate::check::state::{Live, LiveId};
 use crate::check::{self, Exit};
+use cm_core::api::{CmEventType, CmIdHandle};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use std::collections::BTreeSet;
 use std::os::fd::IntoRawFd;
 use std::sync::atomic::{AtomicI32, Ordering};
 use verbs_core::CqHandle;
@@ -106,11 +108,13 @@ extern "C" fn on_signal(sig: libc::c_int) {
     unsafe { libc::raise(sig) };
 }
 
-/// What librnic's tables hold: the ids, QPs and CQs alive now.
+/// What librnic's tables hold: the ids, QPs and CQs alive now, and the events queued for the
+/// ids on the channels the program made.
 fn live() -> Live {
     let reg = registry();
+    let handles: Vec<(CmIdHandle, usize)> = reg.ids.iter().map(|(h, p)| (*h, *p)).collect();
     let qps: Vec<(usize, u32)> = reg.qps.iter().map(|(n, p)| (*p, *n)).collect();
-    let ids = reg
+    let ids: Vec<LiveId> = reg
         .ids
         .values()
         .map(|&p| {
@@ -129,7 +133,44 @@ fn live() -> Live {
     let cqs: Vec<(u32, usize)> = reg.cqs.iter().map(|(h, p)| (*h, *p)).collect();
     drop(reg);
     let cqs = cqs.into_iter().map(|(h, p)| (p, cq_overran(h))).collect();
-    Live { ids, qps, cqs }
+    Live {
+        unfetched: unfetched(&ids, &handles),
+        ids,
+        qps,
+        cqs,
+    }
+}
+
+/// The events (but TIMEWAIT_EXIT) queued on the user channels of `ids` for one of them (by
+/// its `handles`): the id, or the listener of a CONNECT_REQUEST, and the event's name.
+fn unfetched(ids: &[LiveId], handles: &[(CmIdHandle, usize)]) -> Vec<(usize, &'static str)> {
+    let tracked = check::with_state(|s| s.channels.clone()).unwrap_or_default();
+    let channels: BTreeSet<usize> = ids
+        .iter()
+        .map(|i| i.channel)
+        .filter(|c| tracked.contains(c))
+        .collect();
+    let ptr_of = |h| handles.iter().find(|(k, _)| *k == h).map(|(_, p)| *p);
+    let Ok(r) = runtime() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for c in channels {
+        // SAFETY: a channel of `rdma_create_event_channel`, whose box is never freed.
+        let ch = unsafe { (*(c as *const ChannelBox)).handle };
+        r.with_quiet(|n, _| {
+            for e in n.cm().cma().queued(ch) {
+                let id = match (e.event, e.listen_id) {
+                    (CmEventType::ConnectRequest, Some(l)) => ptr_of(l),
+                    _ => ptr_of(e.id),
+                };
+                if let (Some(id), false) = (id, e.event == CmEventType::TimewaitExit) {
+                    out.push((id, check::counts::cm_event_name(e.event as u32)));
+                }
+            }
+        });
+    }
+    out
 }
 
 /// Whether CQ `h` overran (false without a runtime).
