@@ -6,8 +6,10 @@
 //! (both inherited by the program, `rnic::state_file`), forwards signals, and when the program
 //! dies, however, finishes its connections as `ucma_close` and the CM would before exiting with
 //! the program's status. Files: [`supervise`] (start, signals, wait, exit status), [`teardown`]
-//! (the CM that speaks for the dead program).
+//! (the CM that speaks for the dead program), [`check`] (`--check`: the checker's switch and
+//! its report), [`device_files`] (`/dev/infiniband` and `/sys/class/infiniband` for UCX).
 
+pub mod check;
 pub mod device_files;
 pub mod supervise;
 pub mod teardown;
@@ -69,6 +71,17 @@ pub struct ExecOptions {
     /// cannot; `require` refuses to start the program then; `off` never makes them.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = device_files::DeviceFiles::Auto)]
     pub device_files: device_files::DeviceFiles,
+    /// Check the program's teardown and use of verbs and rdma_cm against the rules of
+    /// docs/check.md; the findings are printed on stderr when it ends (exit, SIGINT, SIGTERM,
+    /// a crash). `--check=fail`: a program that exited 0 with findings makes `rnic exec` exit
+    /// with 3. Sets RNIC_CHECK.
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true,
+          default_missing_value = "report", value_name = "MODE")]
+    pub check: Option<check::CheckMode>,
+    /// Also write the check's report as JSON to FILE (implies --check). Sets
+    /// RNIC_CHECK_REPORT.
+    #[arg(long, value_name = "FILE")]
+    pub check_report: Option<PathBuf>,
     /// The program and its arguments (`--` before them is optional unless the program's name
     /// starts with `-`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
@@ -173,6 +186,9 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         "RNIC_FAST_TIMERS",
         opts.fast_timers.then(|| "1".to_string()),
     );
+    if let Some(c) = check::checking(opts.check, opts.check_report.as_deref()) {
+        c.set_env(&mut cmd);
+    }
     Ok(cmd)
 }
 

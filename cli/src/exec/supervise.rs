@@ -20,9 +20,11 @@
 //!   caught signal's is reset by `exec`) and the mask `rnic exec` was started with. The program
 //!   is never signalled after it was reaped (the wait does not reap until forwarding stopped),
 //!   so its process ID cannot have been reused.
-//! * **After**: `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the
-//!   program's status: its exit code, or its signal raised again on `rnic exec` itself (with
-//!   core dumps off: the program's core, if any, is the one that matters).
+//! * **After**: with `--check`, the program's report is read ([`super::check`]);
+//!   `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the program's
+//!   status (but 3 under `--check=fail` for an exit 0 with findings): its exit code, or its
+//!   signal raised again on `rnic exec` itself (with core dumps off: the program's core, if
+//!   any, is the one that matters).
 
 use super::device_files::{make_visible, Device, DeviceFiles, UVERBS};
 use super::teardown;
@@ -204,7 +206,14 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
             eprintln!("rnic exec: cannot start the signal thread ({e}): signals are not passed on");
         }
     }
+    let pid = child.id();
     let status = wait(&mut child, &forwarder);
+    let checking = super::check::checking(opts.check, opts.check_report.as_deref());
+    let failed = checking.and_then(|c| {
+        let program = opts.argv.first().map(|p| p.to_string_lossy().into_owned());
+        let n = c.findings(program.as_deref().unwrap_or(""), pid, status);
+        super::check::verdict(c.mode, status, n)
+    });
     if let (Some(r), OnDeath::Kernel) = (rnic, opts.on_death) {
         let linger = opts.linger.map(Duration::from_millis);
         match teardown::run(r.socket, &r.state, linger, status.code().is_some(), &rx) {
@@ -228,7 +237,10 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
             Err(e) => eprintln!("rnic exec: {e}"),
         }
     }
-    exit_as(status)
+    match failed {
+        Some(code) => ExitCode::from(code),
+        None => exit_as(status),
+    }
 }
 
 /// Passes signals on to the program until it is reaped.
