@@ -6,6 +6,7 @@ use super::cm_id::make_event;
 use super::objects::{ChannelBox, EventBox};
 use super::{errno_of, fail, guard, rt};
 use crate::abi::*;
+use crate::inject::ProgramEvent;
 use libc::{c_char, c_int};
 use std::sync::Arc;
 
@@ -48,6 +49,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                 // SAFETY: `p` was just made by `make_event`.
                 let (ev, st) = unsafe { ((*p).event.event, (*p).c.status) };
                 tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
+                r.program_event(ProgramEvent::CmEvent(ev as u32));
                 // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
                 unsafe { *event = p.cast() };
                 return 0;
