@@ -1,0 +1,122 @@
+//! The faults of one `rnic check` run, drawn from its seed: a class from those asked for, a
+//! side, and the class's parameters (docs/check.md, "rnic check").
+
+use rnic_sim::rng::Rng;
+
+/// The fault classes a run may draw from (`--faults`).
+pub const CLASSES: [&str; 8] = [
+    "none",
+    "cm-drop",
+    "cm-dup",
+    "cm-delay",
+    "rc",
+    "partition",
+    "kill",
+    "remove",
+];
+
+/// The default mix: faults a correct program survives (its connection is established, or the
+/// CM retries), and a SIGKILL.
+pub const DEFAULT: &str = "none,cm-drop,cm-dup,cm-delay,rc,partition,kill";
+
+/// Parses `--faults` (comma-separated classes; `silence` is accepted as well: a host that
+/// lost power, whose peer may wait for ever).
+///
+/// # Errors
+/// An unknown class (the message lists them).
+pub fn parse_classes(s: &str) -> Result<Vec<String>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            if CLASSES.contains(&c) || c == "silence" {
+                Ok(c.to_string())
+            } else {
+                Err(format!(
+                    "{c:?} is not a fault class: {}, silence",
+                    CLASSES.join(", ")
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Which program a fault is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The first program.
+    Server,
+    /// The second.
+    Client,
+}
+
+fn pick<'a>(rng: &mut Rng, of: &[&'a str]) -> &'a str {
+    of[rng.below(of.len() as u64) as usize]
+}
+
+fn when(rng: &mut Rng) -> String {
+    match rng.below(4) {
+        0 => "on:ESTABLISHED".into(),
+        1 => "on:DISCONNECTED".into(),
+        2 => format!("after:{}:completions", rng.range_u64(1..=10)),
+        _ => format!("{}ms", rng.range_u64(0..=1000)),
+    }
+}
+
+/// The faults of the run with seed `seed` (none, or one on one side), drawn from `classes`.
+pub fn draw(seed: u64, classes: &[String]) -> Vec<(Side, String)> {
+    let mut rng = Rng::new(seed).fork(0x6472_6177); // "draw"
+    if classes.is_empty() {
+        return Vec::new();
+    }
+    let class = classes[rng.below(classes.len() as u64) as usize].as_str();
+    let side = if rng.chance(0.5) {
+        Side::Server
+    } else {
+        Side::Client
+    };
+    let kind = pick(&mut rng, &["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    let spec = match class {
+        "cm-drop" => format!("drop:{kind}:{}", pick(&mut rng, &["1", "1", "2", "1-2"])),
+        "cm-dup" => format!("dup:{kind}:1"),
+        "cm-delay" => format!("delay:{kind}:1:{}ms", rng.range_u64(10..=500)),
+        "rc" => {
+            let (t, d) = (rng.range_u64(0..=1000), rng.range_u64(20..=200));
+            if rng.chance(0.5) {
+                format!(
+                    "drop:rc:{t}ms:{d}ms:{}",
+                    pick(&mut rng, &["1", "0.5", "0.1"])
+                )
+            } else {
+                format!("delay:rc:{t}ms:{d}ms:{}ms", rng.range_u64(1..=50))
+            }
+        }
+        "partition" => format!(
+            "partition:{}ms:{}ms",
+            rng.range_u64(0..=1000),
+            rng.range_u64(20..=300)
+        ),
+        "kill" | "remove" | "silence" => format!("{class}:{}", when(&mut rng)),
+        _ => return Vec::new(),
+    };
+    vec![(side, spec)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_drawn_fault_parses_and_a_seed_draws_the_same() {
+        let all = parse_classes(&format!("{},silence", CLASSES.join(","))).unwrap_or_default();
+        for seed in 0..500 {
+            let d = draw(seed, &all);
+            assert_eq!(d, draw(seed, &all));
+            for (_, spec) in d {
+                assert!(rnic::inject::spec::parse(&spec).is_ok(), "{spec}");
+            }
+        }
+        assert!(parse_classes("cm-drop,bogus").is_err());
+    }
+}
