@@ -80,8 +80,11 @@ pub enum ProgramEvent {
 #[derive(Debug)]
 struct Armed {
     spec: FaultSpec,
-    /// Messages of its kind seen (CM faults), packets touched (window faults).
+    /// Messages of its kind seen (CM faults).
     seen: u64,
+    /// Packets in its window, sent and received (window faults).
+    window: [u64; 2],
+    /// Whether it fired (one-shots fire once; a window fault prints its first hit only).
     done: bool,
 }
 
@@ -89,7 +92,9 @@ struct Armed {
 #[derive(Debug)]
 pub struct Faults {
     armed: Vec<Armed>,
-    rng: Rng,
+    /// The seed of the random choices: the choice on a packet depends on the fault, the
+    /// direction and the packet's number only, not on how sends and receives interleave.
+    seed: u64,
     silent: bool,
     /// Events by type returned so far.
     events: [u64; spec::CM_EVENTS.len()],
@@ -145,10 +150,11 @@ impl Faults {
                 .map(|spec| Armed {
                     spec,
                     seen: 0,
+                    window: [0; 2],
                     done: false,
                 })
                 .collect(),
-            rng: Rng::new(seed).fork(0x6661_756c), // "faul"
+            seed: Rng::new(seed).fork(0x6661_756c).key(), // "faul"
             silent: false,
             events: [0; spec::CM_EVENTS.len()],
             completions: 0,
@@ -170,7 +176,10 @@ impl Faults {
         let t = now.as_nanos();
         let way = if incoming { "received" } else { "sent" };
         let mut verdict = Verdict::Pass;
-        for a in &mut self.armed {
+        let seed = self.seed;
+        for (i, a) in self.armed.iter_mut().enumerate() {
+            let in_window =
+                |start: &u64, len: &u64| (*start..start.saturating_add(*len)).contains(&t);
             let v = match (&a.spec.fault, class) {
                 (
                     Fault::Cm {
@@ -203,27 +212,30 @@ impl Faults {
                         delay,
                     },
                     Class::Rc,
-                ) if (*start..start.saturating_add(*len)).contains(&t) => {
-                    if delay.is_none()
-                        && !(*p >= 1.0 || self.rng.below(1_000_000) < (p * 1e6) as u64)
-                    {
+                ) if in_window(start, len) => {
+                    let n = &mut a.window[usize::from(incoming)];
+                    *n += 1;
+                    let draw = Rng::new(seed)
+                        .fork((i as u64) << 48 | u64::from(incoming) << 47 | *n)
+                        .below(1_000_000);
+                    if delay.is_none() && *p < 1.0 && draw >= (p * 1e6) as u64 {
                         continue;
                     }
-                    a.seen += 1;
-                    // One line for the first packet; the rest are counted.
-                    if a.seen == 1 {
-                        fire(format!("{} (first: an RC packet {way})", a.spec), now);
+                    if !a.done {
+                        a.done = true;
+                        fire(
+                            format!("{} (first: RC packet #{n} {way} in the window)", a.spec),
+                            now,
+                        );
                     }
                     match delay {
                         Some(d) => Verdict::DelayUntil(SimTime::from_nanos(t + d)),
                         None => Verdict::Drop,
                     }
                 }
-                (Fault::Partition { start, len }, _)
-                    if (*start..start.saturating_add(*len)).contains(&t) =>
-                {
-                    a.seen += 1;
-                    if a.seen == 1 {
+                (Fault::Partition { start, len }, _) if in_window(start, len) => {
+                    if !a.done {
+                        a.done = true;
                         fire(format!("{} (first: a datagram {way})", a.spec), now);
                     }
                     Verdict::Drop

@@ -54,10 +54,10 @@ pub struct CheckOptions {
     #[arg(long, value_name = "N|any", default_value = "0", value_parser = parse_expect)]
     pub expect_exit: Expect,
     /// The server's address (`{server}` in the arguments).
-    #[arg(long, default_value = "127.0.50.1")]
+    #[arg(long, default_value = "127.0.200.1")]
     pub server_addr: Ipv4Addr,
     /// The client's address (`{client}` in the arguments).
-    #[arg(long, default_value = "127.0.50.2")]
+    #[arg(long, default_value = "127.0.200.2")]
     pub client_addr: Ipv4Addr,
     /// Linux's CM and transport timers instead of `--fast-timers` (a lost DREQ then takes
     /// seconds, not milliseconds).
@@ -290,6 +290,10 @@ pub fn main(opts: &CheckOptions) -> u8 {
     };
     let results = run_all(&setup, &rnic, first, runs);
     let sum = summary::Summary::new(&setup_info(&setup, &rnic), results);
+    if opts.dir.is_none() {
+        // Only the failing runs' logs are left; no directory when there are none.
+        let _ = std::fs::remove_dir(&setup.dir);
+    }
     if opts.json {
         println!("{}", sum.json());
     } else {

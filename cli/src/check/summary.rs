@@ -118,6 +118,15 @@ impl Summary {
 
     fn rerun(&self, seed: u64) -> String {
         let mut a = self.info.rerun_prefix.clone();
+        if let Some(first) = a.first_mut() {
+            first.clone_from(&self.info.rnic);
+        }
+        // An earlier --rerun goes: this one replaces it.
+        let options = a.iter().position(|w| w == "--").unwrap_or(a.len());
+        if let Some(i) = a[..options].iter().position(|w| w == "--rerun") {
+            a.drain(i..(i + 2).min(a.len()));
+        }
+        a.retain(|w| !w.starts_with("--rerun="));
         if let Some(i) = a.iter().position(|w| w == "check") {
             a.insert(i + 1, seed.to_string());
             a.insert(i + 1, "--rerun".into());
