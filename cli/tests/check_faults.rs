@@ -341,7 +341,7 @@ fn rnic_check_over_rping_says_what_happened() {
         "seed 5: server hung (killed at the deadline); client exited 255 (expected 0)",
         "--seed 5 --fast-timers -- rping -s -a 127.0.232.1",
         "--fault 'drop:REQ:*' -- rping -c -a 127.0.232.1",
-        "--rerun 5 --runs 1",
+        "check --rerun 5 --server-addr 127.0.232.1",
         "faults fired (runs): drop:REQ 1/1",
     ] {
         assert!(out.contains(want), "no {want:?} in\n{out}");

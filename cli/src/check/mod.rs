@@ -36,7 +36,7 @@ pub struct CheckOptions {
     /// Fault classes each run draws one fault from (comma-separated): none, cm-drop, cm-dup,
     /// cm-delay, rc, partition, kill, remove, silence.
     #[arg(long, value_name = "CLASSES", value_parser = draw::parse_classes)]
-    pub faults: Option<Vec<String>>,
+    pub faults: Option<draw::Classes>,
     /// A fault on the server in every run (repeatable; `rnic exec --fault`). With explicit
     /// faults and no --faults, nothing is drawn.
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
@@ -272,9 +272,9 @@ pub fn main(opts: &CheckOptions) -> u8 {
     }
     let explicit = !opts.server_fault.is_empty() || !opts.client_fault.is_empty();
     let classes = match (&opts.faults, explicit) {
-        (Some(c), _) => c.clone(),
+        (Some(c), _) => c.0.clone(),
         (None, true) => Vec::new(),
-        (None, false) => draw::parse_classes(draw::DEFAULT).unwrap_or_default(),
+        (None, false) => draw::parse_classes(draw::DEFAULT).map_or_else(|_| Vec::new(), |c| c.0),
     };
     let setup = Setup {
         opts: opts.clone(),
