@@ -250,7 +250,7 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
             start: duration(t)?,
             len: duration(d)?,
         }),
-        ("silence" | "remove" | "kill", [when @ ..]) if !when.is_empty() => {
+        ("silence" | "remove" | "kill", when) if !when.is_empty() => {
             let shot = match what {
                 "silence" => Shot::Silence,
                 "remove" => Shot::Remove,
