@@ -162,6 +162,11 @@ impl Faults {
         }
     }
 
+    /// Whether a `silence:` fault fired: nothing goes in or out any more.
+    pub fn silent(&self) -> bool {
+        self.silent
+    }
+
     /// Whether there is no fault at all (the node's fast path).
     pub fn is_empty(&self) -> bool {
         self.armed.is_empty()
