@@ -269,6 +269,9 @@ impl Faults {
 
     /// The next held datagram due by `now`, if any: (incoming?, peer, bytes).
     pub fn take_due(&mut self, now: SimTime) -> Option<(bool, std::net::SocketAddr, bytes::Bytes)> {
+        if self.silent {
+            self.held.clear();
+        }
         if self.held.front().is_some_and(|h| h.0 <= now) {
             self.held.pop_front().map(|(_, i, p, b)| (i, p, b))
         } else {

@@ -2,10 +2,12 @@
 //! documented in docs/check.md, "Faults":
 //!
 //! ```text
-//! drop:KIND:NTH[:DIR]        KIND: REQ REP RTU MRA REJ DREQ DREP; NTH: N, N-M or *; DIR: tx, rx, any
+//! drop:KIND:NTH[:DIR]        KIND: REQ REP RTU MRA REJ DREQ DREP; NTH: N, N-M or *;
+//!                            DIR: tx, rx, any
 //! dup:KIND:NTH[:DIR]
 //! delay:KIND:NTH:DUR[:DIR]
-//! drop:rc:T:D[:P]            RC packets, both ways, from T for D, each with probability P (default 1)
+//! drop:rc:T:D[:P]            RC packets, both ways, from T for D, each with probability P
+//!                            (default 1)
 //! delay:rc:T:D:DUR           RC packets from T for D held back DUR
 //! partition:T:D              every datagram, both ways, from T for D
 //! silence:WHEN               from WHEN on, no datagram in or out (a host that lost power)

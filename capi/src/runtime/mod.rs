@@ -176,8 +176,9 @@ impl Node {
         tracing::info!(ids = ids.len(), "device removed (RNIC_REMOVE_DEVICE_MS)");
     }
 
-    /// Carries out what a fault asks; a kill is left to the caller, who must first let go of
-    /// the node (returns whether to kill).
+    /// Carries out what a fault asks but a kill, which is left to the caller (returns whether
+    /// to kill): it kills once the connections are published for rnic exec's teardown
+    /// ([`Node::signal`]).
     fn act(&mut self, actions: Vec<Action>) -> bool {
         let mut kill = false;
         for a in actions {
@@ -295,17 +296,19 @@ impl Endpoint for Node {
         if self.remove_at.is_some_and(|t| t <= now) {
             self.remove_device();
         }
+        // Held-back datagrams due now go in and out from poll_transmit, which the driver calls
+        // after every step.
+        let mut kill = false;
         if self.faults.poll_timeout().is_some_and(|t| t <= now) {
             let actions = self.faults.handle_timeout(now);
-            if self.act(actions) {
-                // The progress thread holds the node: nothing else can be going on in it.
-                crate::inject::sigkill_self();
-            }
-            // Held-back datagrams due now go in and out from poll_transmit, which the
-            // driver calls after every step.
+            kill = self.act(actions);
         }
         self.poll_gsi(now);
         self.signal(now);
+        if kill {
+            // After `signal`, which published the connections for rnic exec's teardown.
+            crate::inject::sigkill_self();
+        }
     }
 
     fn addr(&self) -> SocketAddr {
