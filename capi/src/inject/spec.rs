@@ -198,8 +198,9 @@ pub const CM_EVENTS: [&str; 19] = [
 
 /// The grammar in one line, for error messages.
 pub const GRAMMAR: &str =
-    "drop|dup|delay:KIND:NTH[:DUR][:DIR], drop:rc:T:D[:P], delay:rc:T:D:DUR, \
-     partition:T:D, silence|remove|kill:WHEN (WHEN: DUR, on:EVENT[:N], after:N:completions)";
+    "drop|dup:KIND:NTH[:DIR], delay:KIND:NTH:DUR[:DIR], drop:rc:T:D[:P], delay:rc:T:D:DUR, \
+     partition:T:D, silence|remove|kill:WHEN (WHEN: DUR, on:EVENT[:N], after:N:completions); \
+     docs/check.md";
 
 /// Parses `;`-separated specs (`RNIC_FAULTS`); empty pieces are ignored.
 ///
@@ -234,9 +235,9 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
         ("drop", ["rc", t, d]) => rc(t, d, 1.0, None),
         ("drop", ["rc", t, d, p]) => rc(t, d, probability(p)?, None),
         ("delay", ["rc", t, d, by]) => rc(t, d, 1.0, Some(duration(by)?)),
-        ("drop" | "dup" | "delay", ["rc", ..]) => {
-            Err(format!("{what}:rc takes T:D{}", rc_tail(what)))
-        }
+        ("dup", ["rc", ..]) => Err("RC packets can be dropped or delayed, not duplicated".into()),
+        ("drop", ["rc", ..]) => Err("drop:rc takes T:D[:P]".into()),
+        ("delay", ["rc", ..]) => Err("delay:rc takes T:D:DUR".into()),
         ("drop" | "dup", [kind, nth, dir @ ..]) => cm(
             if what == "drop" {
                 CmAction::Drop
@@ -266,14 +267,6 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
         _ => Err(format!(
             "unknown fault {what:?}: expected drop, dup, delay, partition, silence, remove or kill"
         )),
-    }
-}
-
-fn rc_tail(what: &str) -> &'static str {
-    match what {
-        "drop" => "[:P]",
-        "delay" => ":DUR",
-        _ => " with drop or delay only",
     }
 }
 
