@@ -65,17 +65,18 @@ fn pick<'a>(rng: &mut Rng, of: &[&'a str]) -> &'a str {
     of[rng.below(of.len() as u64) as usize]
 }
 
-fn when(rng: &mut Rng) -> String {
+fn when(rng: &mut Rng, window_ms: u64) -> String {
     match rng.below(4) {
         0 => "on:ESTABLISHED".into(),
         1 => "on:DISCONNECTED".into(),
         2 => format!("after:{}:completions", rng.range_u64(1..=10)),
-        _ => format!("{}ms", rng.range_u64(0..=1000)),
+        _ => format!("{}ms", rng.range_u64(0..=window_ms)),
     }
 }
 
-/// The faults of the run with seed `seed` (none, or one on one side), drawn from `classes`.
-pub fn draw(seed: u64, classes: &[String]) -> Vec<(Side, String)> {
+/// The faults of the run with seed `seed` (none, or one on one side), drawn from `classes`;
+/// a fault at a time starts in the first `window_ms` ms of the RNIC's life.
+pub fn draw(seed: u64, classes: &[String], window_ms: u64) -> Vec<(Side, String)> {
     let mut rng = Rng::new(seed).fork(0x6472_6177); // "draw"
     if classes.is_empty() {
         return Vec::new();
@@ -92,7 +93,10 @@ pub fn draw(seed: u64, classes: &[String]) -> Vec<(Side, String)> {
         "cm-dup" => format!("dup:{kind}:1"),
         "cm-delay" => format!("delay:{kind}:1:{}ms", rng.range_u64(10..=500)),
         "rc" => {
-            let (t, d) = (rng.range_u64(0..=1000), rng.range_u64(10..=SHORT_CUT_MS));
+            let (t, d) = (
+                rng.range_u64(0..=window_ms),
+                rng.range_u64(10..=SHORT_CUT_MS),
+            );
             if rng.chance(0.5) {
                 format!(
                     "drop:rc:{t}ms:{d}ms:{}",
@@ -104,10 +108,10 @@ pub fn draw(seed: u64, classes: &[String]) -> Vec<(Side, String)> {
         }
         "partition" => format!(
             "partition:{}ms:{}ms",
-            rng.range_u64(0..=1000),
+            rng.range_u64(0..=window_ms),
             rng.range_u64(10..=SHORT_CUT_MS)
         ),
-        "kill" | "remove" | "silence" => format!("{class}:{}", when(&mut rng)),
+        "kill" | "remove" | "silence" => format!("{class}:{}", when(&mut rng, window_ms)),
         _ => return Vec::new(),
     };
     vec![(side, spec)]
@@ -121,8 +125,8 @@ mod tests {
     fn every_drawn_fault_parses_and_a_seed_draws_the_same() {
         let all = parse_classes(&CLASSES.join(",")).map_or_else(|_| Vec::new(), |c| c.0);
         for seed in 0..500 {
-            let d = draw(seed, &all);
-            assert_eq!(d, draw(seed, &all));
+            let d = draw(seed, &all, 200);
+            assert_eq!(d, draw(seed, &all, 200));
             for (_, spec) in d {
                 assert!(rnic::inject::spec::parse(&spec).is_ok(), "{spec}");
             }

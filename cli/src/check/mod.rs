@@ -44,6 +44,10 @@ pub struct CheckOptions {
     /// A fault on the client in every run (repeatable).
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
     pub client_fault: Vec<String>,
+    /// Faults at a time (partitions, RC windows, `kill:`/`remove:`/`silence:` at T) are drawn
+    /// in the first MS ms of each RNIC's life: about how long the programs run.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub window: u64,
     /// Seconds a run may take (from the server's start) before it counts as a hang.
     #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
     pub timeout: f64,
@@ -189,7 +193,7 @@ impl Setup {
             .map(|f| (Side::Server, f.clone()))
             .chain(o.client_fault.iter().map(|f| (Side::Client, f.clone())))
             .collect();
-        faults.extend(draw::draw(seed, &self.classes));
+        faults.extend(draw::draw(seed, &self.classes, o.window));
         let side = |side: Side, addr: Ipv4Addr, argv: &[String]| {
             let name = match side {
                 Side::Server => "server",
