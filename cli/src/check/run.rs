@@ -81,6 +81,10 @@ fn wait_until(child: &mut Child, deadline: std::time::Instant) -> (Option<ExitSt
 }
 
 fn spawn(rnic: &Path, s: &SideSpec) -> std::io::Result<Child> {
+    // A report left by an earlier run of the same seed must not be taken for this one's.
+    if let Some(r) = &s.report {
+        let _ = std::fs::remove_file(r);
+    }
     let log = std::fs::File::create(&s.log)?;
     let mut cmd = Command::new(rnic);
     cmd.args(&s.args)
