@@ -10,6 +10,7 @@
 //! | `RNIC_RESOLVE_US` | how long address and route resolution each take before their event is reported, µs (Linux runs them on work queues) | 1000 |
 //! | `RNIC_FAST_TIMERS` | `1` (or `true`, `yes`): short CM and transport timers (as `rnic ping --fast-timers`); `0`, `false`, `no`: Linux's | off |
 //! | `RNIC_POISON_WC` | `1` (or `true`, `yes`): junk, not zeros, in the fields of an error work completion that ibv_poll_cq(3) leaves undefined (`SimDeviceConfig::poison_undefined_wc_fields`; docs/semantics-verbs.md "Entering ERR and flushing"); `0`, `false`, `no`: zeros, as rxe | off |
+//! | `RNIC_FAULTS` | `;`-separated faults on this RNIC (`rnic exec --fault`; grammar in docs/check.md, "Faults"), seeded by `RNIC_SEED` | none |
 //! | `RNIC_STATS` | `1`: the RNIC's counters on stderr at exit; `every:MS` (MS ≥ 10): also every MS ms | off |
 //! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
 //!
@@ -48,6 +49,8 @@ pub struct Config {
     /// `RNIC_STATS`: print the counters at exit (`Some(None)`), and also every so many ms
     /// (`Some(Some(ms))`).
     pub stats: Option<Option<u64>>,
+    /// `RNIC_FAULTS`.
+    pub faults: Vec<crate::inject::spec::FaultSpec>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             remove_device_ms: None,
             resolve_us: 1000,
             stats: None,
+            faults: Vec::new(),
         }
     }
 }
@@ -150,6 +154,10 @@ impl Config {
                 .ok()
                 .filter(|us| *us <= 10_000_000)
                 .ok_or_else(|| bad("RNIC_RESOLVE_US", &v, "expected microseconds, 0 … 10000000"))?;
+        }
+        if let Some(v) = val("RNIC_FAULTS") {
+            c.faults = crate::inject::spec::parse_list(&v)
+                .map_err(|e| ConfigError(format!("RNIC_FAULTS: {e}")))?;
         }
         if let Some(v) = val("RNIC_REMOVE_DEVICE_MS") {
             c.remove_device_ms = Some(v.parse().map_err(|_| {

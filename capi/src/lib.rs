@@ -10,7 +10,7 @@
 //! points: the only module with `unsafe`), `runtime` (the process's simulated RNIC, its progress thread and object tables, and
 //! its rsocket layer `runtime::rsocket`: safe code),
 //! [`check`] (the checker of `rnic exec --check`: the rules a program must keep, its report),
-//! [`config`] (the environment), [`mappings`] (what `ibv_reg_mr` may register), [`state_file`]
+//! [`config`] (the environment), [`inject`] (seeded faults, `RNIC_FAULTS`), [`mappings`] (what `ibv_reg_mr` may register), [`state_file`]
 //! (what `rnic exec` and the program share, to finish the program's connections when it dies),
 //! [`calls`] (the C entry points called from safe Rust, in
 //! process: the fuzz target `capi_calls`; its `unsafe` is in `ffi`).
@@ -20,6 +20,7 @@ pub mod check;
 pub mod config;
 #[allow(unsafe_code)] // the one module that may: see its docs
 mod ffi;
+pub mod inject;
 pub mod mappings;
 pub mod runtime;
 pub mod state_file;

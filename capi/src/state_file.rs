@@ -158,8 +158,8 @@ pub struct Owner {
     pub cm: CmConfig,
     /// Connections that needed a slot when none was free: the supervisor cannot finish them.
     pub unpublished: u64,
-    /// The RNIC was removed (`RNIC_REMOVE_DEVICE_MS`): it can send nothing, before the death or
-    /// after.
+    /// The RNIC was removed (`RNIC_REMOVE_DEVICE_MS`), or went silent (`RNIC_FAULTS`'s
+    /// `silence:`): it can send nothing, before the death or after.
     pub device_removed: bool,
 }
 

@@ -11,6 +11,7 @@
 //! `rnic explore` and `rnic replay` run the deterministic testbed (`rnic-testbed`).
 
 pub mod bench;
+pub mod check;
 pub mod demo;
 pub mod exec;
 pub mod flood;

@@ -103,6 +103,13 @@ enum Command {
     /// the Linux kernel would (DREQ, REJ), then exits with the program's status. See
     /// docs/capi.md.
     Exec(exec::ExecOptions),
+    /// Runs a server and a client (`rnic check [OPTIONS] -- SERVER ARGS… -- CLIENT ARGS…`),
+    /// each under `rnic exec` on its own address, many times, each run with faults drawn from
+    /// its seed; `{server}` and `{client}` in the arguments are the two addresses. A run fails
+    /// on a finding of the checker, a hang, a crash or an unexpected exit status. Prints the
+    /// failing seeds with the commands that rerun them; exits 1 if a run failed.
+    /// docs/check.md.
+    Check(rnic_cli::check::CheckOptions),
     /// Floods an rdma_cm listener (`rnic ping --listen ADDR`) with connection requests from
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
     /// (docs/hostile-input.md). Only sends; prints what it sent.
@@ -414,5 +421,6 @@ fn main() -> ExitCode {
             }
         },
         Command::Exec(opts) => exec::main(&opts),
+        Command::Check(opts) => ExitCode::from(rnic_cli::check::main(&opts)),
     }
 }

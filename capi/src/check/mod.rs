@@ -140,7 +140,7 @@ pub fn finish(exit: Exit<'_>) -> Option<Report> {
         Exit::Signal(_) => try_lock_for(Duration::from_millis(500)),
     };
     let mut incomplete = None;
-    let (findings, faults, cm_events) = match guard.as_deref_mut() {
+    let (findings, cm_events) = match guard.as_deref_mut() {
         Some(slot) => {
             let s = slot.get_or_insert_with(State::default);
             match exit {
@@ -153,7 +153,7 @@ pub fn finish(exit: Exit<'_>) -> Option<Report> {
                     ))
                 }
             }
-            (s.findings.clone(), s.faults.clone(), s.cm_events.clone())
+            (s.findings.clone(), s.cm_events.clone())
         }
         None => {
             incomplete = Some("the checker's state was busy when the signal came".into());
@@ -170,7 +170,11 @@ pub fn finish(exit: Exit<'_>) -> Option<Report> {
         pid: std::process::id(),
         findings,
         counts,
-        faults,
+        // What the fault layer (`RNIC_FAULTS`) fired, its time in ms of the RNIC's clock.
+        faults: crate::inject::fired()
+            .into_iter()
+            .map(|(description, at_ms)| report::Fault { description, at_ms })
+            .collect(),
         incomplete,
     };
     eprint!("{}", report.text());

@@ -99,13 +99,6 @@ impl Report {
     }
 }
 
-/// Records that a fault fired on the program's RNIC, `at_ms` after the checker started
-/// ([`super::now_ms`]); it appears in the report's `faults`. Does nothing when the checker is
-/// off.
-pub fn note_fault(description: String, at_ms: u64) {
-    super::with_state(|s| s.faults.push(Fault { description, at_ms }));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

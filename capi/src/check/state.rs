@@ -3,7 +3,7 @@
 //! the program calls and at exit. Objects are named by their addresses (as the program sees
 //! them) or numbers; nothing here dereferences them.
 
-use super::report::{Fault, Finding};
+use super::report::Finding;
 use super::rules::Rule;
 use std::collections::{BTreeMap, BTreeSet};
 use std::thread::ThreadId;
@@ -52,8 +52,6 @@ pub struct Live {
 pub struct State {
     /// Findings so far, in order.
     pub findings: Vec<Finding>,
-    /// Faults that fired.
-    pub faults: Vec<Fault>,
     /// Unacked events, by `rdma_cm_event *`.
     pub events: BTreeMap<usize, Fetched>,
     /// Ids that got DEVICE_REMOVAL: when.

@@ -6,6 +6,7 @@ use super::cm_id::make_event;
 use super::objects::{ChannelBox, EventBox};
 use super::{errno_of, fail, guard, rt};
 use crate::abi::*;
+use crate::inject::ProgramEvent;
 use libc::{c_char, c_int};
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
                     note_fetched(p as usize, kind, id, listen);
                 }
                 tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
+                r.program_event(ProgramEvent::CmEvent(ev as u32));
                 // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
                 unsafe { *event = p.cast() };
                 return 0;

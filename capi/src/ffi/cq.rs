@@ -243,6 +243,9 @@ pub(super) fn poll_into(
             .map_err(|e| errno_of(&e))?;
     }
     buf.truncate(max);
+    if !buf.is_empty() {
+        r.program_event(crate::inject::ProgramEvent::Completions(buf.len() as u64));
+    }
     Ok(buf.len())
 }
 

@@ -18,6 +18,7 @@ pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
 pub use signal::{wait_token, Ends, Signal};
 
 use crate::config::{Config, ROCE_PORT};
+use crate::inject::{Action, Faults, ProgramEvent, Verdict};
 use bytes::Bytes;
 use cm_core::api::{EventChannel, RdmaCm};
 use cm_core::engine::CmConfig;
@@ -81,6 +82,8 @@ pub struct Node {
     publisher: Option<Publisher>,
     /// The rsocket layer (`<rdma/rsocket.h>`), moved on after every step.
     rsockets: rsocket::Rsockets,
+    /// The seeded faults (`RNIC_FAULTS`).
+    faults: Faults,
 }
 
 impl Node {
@@ -173,22 +176,22 @@ impl Node {
         tracing::info!(ids = ids.len(), "device removed (RNIC_REMOVE_DEVICE_MS)");
     }
 
-    fn lose(&mut self) -> bool {
-        self.drop_ppm > 0 && self.rng.below(1_000_000) < self.drop_ppm
-    }
-
-    fn poll_gsi(&mut self, now: SimTime) {
-        let (cm, dev) = self.split();
-        cm.poll_gsi(dev, now);
-    }
-}
-
-impl Endpoint for Node {
-    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
-        if self.lose() {
-            self.drops.rx += 1;
-            return;
+    /// Carries out what a fault asks but a kill, which is left to the caller (returns whether
+    /// to kill): it kills once the connections are published for rnic exec's teardown
+    /// ([`Node::signal`]).
+    fn act(&mut self, actions: Vec<Action>) -> bool {
+        let mut kill = false;
+        for a in actions {
+            match a {
+                Action::Remove => self.remove_device(),
+                Action::Kill => kill = true,
+            }
         }
+        kill
+    }
+
+    /// Receives one datagram, past the fault layer.
+    fn receive(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
         // Decoded first, then admitted by its socket (`rnic_sim::peers`, as the testbed's
         // `Host` does): a peer on a port other than 4791 (an `rnic ping` process) is answered
         // where it sent from only once the CM accepted a MAD from it there, and a route a live
@@ -205,10 +208,44 @@ impl Endpoint for Node {
                 self.nic.settle_candidate(accepted, &|g| cm.peer_in_use(g));
             }
         }
+    }
+
+    fn lose(&mut self) -> bool {
+        self.drop_ppm > 0 && self.rng.below(1_000_000) < self.drop_ppm
+    }
+
+    fn poll_gsi(&mut self, now: SimTime) {
+        let (cm, dev) = self.split();
+        cm.poll_gsi(dev, now);
+    }
+}
+
+impl Endpoint for Node {
+    fn handle_datagram(&mut self, now: SimTime, src: SocketAddr, bytes: Bytes) {
+        if self.lose() {
+            self.drops.rx += 1;
+            return;
+        }
+        if !self.faults.is_empty() {
+            match self.faults.datagram(now, true, &bytes) {
+                Verdict::Pass => {}
+                Verdict::Drop => return,
+                Verdict::Duplicate => self.receive(now, src, bytes.clone()),
+                Verdict::DelayUntil(t) => return self.faults.hold(t, true, src, bytes),
+            }
+        }
+        self.receive(now, src, bytes);
         self.signal(now);
     }
 
     fn poll_transmit(&mut self, now: SimTime) -> Option<(SocketAddr, Bytes)> {
+        // Held-back datagrams first: they passed the fault layer already.
+        while let Some((incoming, peer, b)) = self.faults.take_due(now) {
+            if !incoming {
+                return Some((peer, b));
+            }
+            self.receive(now, peer, b);
+        }
         loop {
             let Some(t) = Endpoint::poll_transmit(&mut self.nic, now) else {
                 // The send step makes completions too (a UD SEND completes when its datagram
@@ -216,10 +253,22 @@ impl Endpoint for Node {
                 self.signal(now);
                 return None;
             };
-            if !self.lose() {
+            if self.lose() {
+                self.drops.tx += 1;
+                continue;
+            }
+            if self.faults.is_empty() {
                 return Some(t);
             }
-            self.drops.tx += 1;
+            match self.faults.datagram(now, false, &t.1) {
+                Verdict::Pass => return Some(t),
+                Verdict::Drop => {}
+                Verdict::Duplicate => {
+                    self.faults.hold(now, false, t.0, t.1.clone());
+                    return Some(t);
+                }
+                Verdict::DelayUntil(due) => self.faults.hold(due, false, t.0, t.1),
+            }
         }
     }
 
@@ -229,6 +278,7 @@ impl Endpoint for Node {
             self.cm.poll_timeout(),
             self.held.values().min().copied(),
             self.remove_at,
+            self.faults.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -246,8 +296,19 @@ impl Endpoint for Node {
         if self.remove_at.is_some_and(|t| t <= now) {
             self.remove_device();
         }
+        // Held-back datagrams due now go in and out from poll_transmit, which the driver calls
+        // after every step.
+        let mut kill = false;
+        if self.faults.poll_timeout().is_some_and(|t| t <= now) {
+            let actions = self.faults.handle_timeout(now);
+            kill = self.act(actions);
+        }
         self.poll_gsi(now);
         self.signal(now);
+        if kill {
+            // After `signal`, which published the connections for rnic exec's teardown.
+            crate::inject::sigkill_self();
+        }
     }
 
     fn addr(&self) -> SocketAddr {
@@ -432,6 +493,7 @@ impl Runtime {
                 .map(|ms| SimTime::from_nanos(ms.saturating_mul(1_000_000))),
             publisher,
             rsockets: rsocket::Rsockets::default(),
+            faults: Faults::new(config.faults.clone(), seed),
         };
         let driver = UdpDriver::spawn(node, socket)
             .map_err(|e| format!("cannot start the progress thread: {e}"))?;
@@ -530,6 +592,21 @@ impl Runtime {
                 n.rsockets.stats(),
             )
         })
+    }
+
+    /// Tells the faults of a program event (an event returned, completions polled) and carries
+    /// out what fires; a SIGKILL does not return. Cheap when no fault waits for one.
+    pub fn program_event(&self, ev: ProgramEvent) {
+        if !crate::inject::watching() {
+            return;
+        }
+        let kill = self.with(|n, now| {
+            let actions = n.faults.program_event(now, ev);
+            n.act(actions)
+        });
+        if kill {
+            crate::inject::sigkill_self();
+        }
     }
 
     /// Records an `rdma_ack_cm_event` and wakes `rdma_destroy_id` waiters.

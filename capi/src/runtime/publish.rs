@@ -282,7 +282,9 @@ impl Node {
     /// `rnic exec` (see the module docs).
     pub(super) fn publish(&mut self) {
         if let Some(p) = self.publisher.as_mut() {
-            if self.cm.cma().device_removed() {
+            // A silent RNIC (a `silence:` fault, a host without power) sends nothing after the
+            // death either.
+            if self.cm.cma().device_removed() || self.faults.silent() {
                 p.device_removed();
             }
             let changes = self.cm.take_conn_changes();

@@ -48,6 +48,11 @@ pub struct ExecOptions {
     /// QPs are flushed and verbs answer EIO. Sets RNIC_REMOVE_DEVICE_MS.
     #[arg(long, value_name = "MS")]
     pub remove_device_after: Option<u64>,
+    /// A fault on this RNIC (repeatable): e.g. `drop:REQ:1`, `drop:rc:1s:500ms`,
+    /// `partition:1s:3s`, `silence:2s`, `remove:on:ESTABLISHED`, `kill:after:3:completions`
+    /// (grammar: docs/check.md, "Faults"). Random choices come from --seed. Sets RNIC_FAULTS.
+    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault)]
+    pub faults: Vec<String>,
     /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
@@ -103,6 +108,10 @@ fn parse_ip(s: &str) -> Result<String, String> {
     s.parse::<std::net::IpAddr>()
         .map(|ip| ip.to_string())
         .map_err(|_| format!("{s:?} is not an IP address (e.g. 127.0.0.2)"))
+}
+
+fn parse_fault(s: &str) -> Result<String, String> {
+    rnic::inject::spec::parse(s).map(|f| f.text)
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {
@@ -183,6 +192,10 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         opts.remove_device_after.map(|ms| ms.to_string()),
     );
     set(
+        "RNIC_FAULTS",
+        (!opts.faults.is_empty()).then(|| opts.faults.join(";")),
+    );
+    set(
         "RNIC_FAST_TIMERS",
         opts.fast_timers.then(|| "1".to_string()),
     );
@@ -224,6 +237,13 @@ pub fn main(opts: &ExecOptions) -> std::process::ExitCode {
             return std::process::ExitCode::from(127);
         }
     };
+    // A bad fault list in the environment is refused before the program starts, as --fault is.
+    if let Some(Err(e)) =
+        program_env(&cmd, "RNIC_FAULTS").map(|v| rnic::inject::spec::parse_list(&v))
+    {
+        eprintln!("rnic exec: RNIC_FAULTS: {e}");
+        return std::process::ExitCode::from(2);
+    }
     supervise::run(opts, cmd)
 }
 

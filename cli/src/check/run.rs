@@ -1,0 +1,194 @@
+//! One `rnic check` run: the server and the client, each under `rnic exec` on its own
+//! address with its faults, waited for with a deadline, and the verdict.
+
+use super::draw::Side;
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// What one side is to run.
+#[derive(Debug, Clone)]
+pub struct SideSpec {
+    /// Which side.
+    pub side: Side,
+    /// The `rnic exec` arguments (everything after `rnic`), placeholders replaced.
+    pub args: Vec<String>,
+    /// Where its `--check-report` goes.
+    pub report: PathBuf,
+    /// Its stdout and stderr.
+    pub log: PathBuf,
+    /// Whether a `kill:` fault is on it.
+    pub kill_fault: bool,
+}
+
+/// How one side ended.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SideResult {
+    /// Exit code, if it exited.
+    pub exit: Option<i32>,
+    /// Signal, if it died of one.
+    pub signal: Option<i32>,
+    /// Killed by us at the deadline.
+    pub hung: bool,
+    /// `rnic: fault fired: …` lines.
+    pub fired: Vec<String>,
+    /// The report's findings (`rule: message`).
+    pub findings: Vec<String>,
+    /// The report's counts.
+    pub counts: BTreeMap<String, u64>,
+    /// Whether a report was read.
+    pub report: bool,
+}
+
+/// Waits for `child` until `deadline`; past it, SIGKILLs the program (the child's children)
+/// and then `rnic exec` itself. Returns the status and whether it was killed.
+#[allow(clippy::disallowed_methods)] // a real-time deadline on real processes
+fn wait_until(child: &mut Child, deadline: std::time::Instant) -> (Option<ExitStatus>, bool) {
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return (Some(st), false),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => break,
+            Err(_) => return (None, false),
+        }
+    }
+    let pid = child.id();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for c in children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    // rnic exec finishes the program's connections, then exits; give it a little time.
+    let grace = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < grace {
+        if let Ok(Some(st)) = child.try_wait() {
+            return (Some(st), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    (child.wait().ok(), true)
+}
+
+fn spawn(rnic: &Path, s: &SideSpec) -> std::io::Result<Child> {
+    // A report left by an earlier run of the same seed must not be taken for this one's.
+    let _ = std::fs::remove_file(&s.report);
+    let log = std::fs::File::create(&s.log)?;
+    let mut cmd = Command::new(rnic);
+    cmd.args(&s.args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    cmd.spawn()
+}
+
+/// Reads what a side left: its fault lines and its report.
+fn collect(s: &SideSpec, status: Option<ExitStatus>, hung: bool) -> SideResult {
+    let mut r = SideResult {
+        exit: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        hung,
+        ..SideResult::default()
+    };
+    let log = std::fs::read_to_string(&s.log).unwrap_or_default();
+    r.fired = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("rnic: fault fired: "))
+        .map(str::to_string)
+        .collect();
+    let report = std::fs::read_to_string(&s.report)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    if let Some(rep) = report {
+        r.report = true;
+        if let Some(f) = rep.get("findings").and_then(|f| f.as_array()) {
+            r.findings = f
+                .iter()
+                .map(|f| {
+                    let s = |k: &str| f.get(k).and_then(|v| v.as_str()).unwrap_or("");
+                    format!("{}: {}", s("rule"), s("message"))
+                })
+                .collect();
+        }
+        if let Some(c) = rep.get("counts").and_then(|c| c.as_object()) {
+            r.counts = c
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+                .collect();
+        }
+    }
+    r
+}
+
+/// Runs the server, waits `server_delay`, runs the client, and waits for both until
+/// `timeout` after the server started.
+#[allow(clippy::disallowed_methods)] // a real-time deadline on real processes
+pub fn run(
+    rnic: &Path,
+    server: &SideSpec,
+    client: &SideSpec,
+    server_delay: Duration,
+    timeout: Duration,
+) -> Result<(SideResult, SideResult), String> {
+    let start = std::time::Instant::now();
+    let deadline = start + timeout;
+    let mut s = spawn(rnic, server).map_err(|e| format!("cannot start {}: {e}", rnic.display()))?;
+    std::thread::sleep(server_delay);
+    let mut c = match spawn(rnic, client) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = wait_until(&mut s, std::time::Instant::now());
+            return Err(format!("cannot start {}: {e}", rnic.display()));
+        }
+    };
+    let (cs, ch) = wait_until(&mut c, deadline);
+    let (ss, sh) = wait_until(&mut s, deadline);
+    Ok((collect(server, ss, sh), collect(client, cs, ch)))
+}
+
+/// What the exit status may be (`--expect-exit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// This code.
+    Code(i32),
+    /// Any exit code (not a signal).
+    Any,
+}
+
+/// Why a side failed, if it did: a hang, a signal other than the SIGKILL of a `kill:` fault
+/// that fired on it, an exit status other than `expect` (not judged when `faulted`: a kill,
+/// removal or silence fired on either side, after which a program may rightly fail), a
+/// finding of its report.
+pub fn verdict(side: &SideSpec, r: &SideResult, expect: &Expect, faulted: bool) -> Vec<String> {
+    let name = match side.side {
+        Side::Server => "server",
+        Side::Client => "client",
+    };
+    let mut why = Vec::new();
+    let kill_fired = side.kill_fault && r.fired.iter().any(|f| f.starts_with("kill:"));
+    if r.hung {
+        why.push(format!("{name} hung (killed at the deadline)"));
+    } else if let Some(sig) = r.signal {
+        if !(kill_fired && sig == 9) {
+            why.push(format!("{name} died of signal {sig}"));
+        }
+    } else if let (Some(code), Expect::Code(want), false) = (r.exit, expect, faulted) {
+        if code != *want {
+            why.push(format!("{name} exited {code} (expected {want})"));
+        }
+    }
+    for f in &r.findings {
+        why.push(format!("{name} finding: {f}"));
+    }
+    why
+}

@@ -1,0 +1,386 @@
+//! Seeded faults on a real program's own RNIC (`rnic exec --fault`, `RNIC_FAULTS`) and
+//! `rnic check`, with rping and ucmatose on both sides:
+//!
+//! * a bad fault spec is refused with exit 2 before the program starts (`--fault`,
+//!   `RNIC_FAULTS`, `rnic check --server-fault`);
+//! * the client's first two REQs lost: its CM sends the REQ again and rping connects; every
+//!   REQ lost: `RDMA_CM_EVENT_UNREACHABLE` with `ETIMEDOUT` (-110), as Linux's CM reports a REQ
+//!   that ran out of retries (`cm_req_handler` … `IB_CM_REQ_ERROR` → `cma_ib_handler`);
+//! * a ucmatose client SIGKILLed on its DISCONNECTED (before it answers the server's DREQ):
+//!   `rnic exec` dies of signal 9, and the server's DISCONNECTED comes with status 0 (the DREP
+//!   `rnic exec` sends for the dead program); with `--on-death power-loss`, status -110 (the
+//!   DREQ ran out of retries);
+//! * `rnic check` over rping: the summary's counts and its exit status agree, and a run whose
+//!   client loses every REQ fails with the commands that rerun it;
+//! * a probabilistic fault drawn from the seed fires at the same packet in two runs.
+//!
+//! Addresses 127.0.N.1 / 127.0.N.2, N in 226 … 229; `rnic check` on 127.0.232.x.
+//!
+//!     cargo test -p rnic-cli --test check_faults -- --nocapture
+
+// Real processes on the wall clock: the harness's deadlines and pipe readers.
+#![allow(clippy::disallowed_methods)]
+
+#[allow(unused_imports)] // the harness re-exports its parsers, which these tests do not need
+mod common_programs;
+
+use common_programs::{
+    program_timeout, tools_available, Net, Program, Running, Slot, LISTEN_LOG, LISTEN_MARKER, POLL,
+    RNIC,
+};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus};
+use std::time::Instant;
+
+fn wait_for(what: &str, r: &mut Running, cond: impl Fn(&Running) -> bool) {
+    let deadline = Instant::now() + program_timeout();
+    while !cond(r) {
+        assert!(
+            r.poll().is_none() || cond(r),
+            "{what}: exited first\n{}\n{}",
+            r.stdout_text(),
+            r.stderr_text()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {:?}\n{}",
+            program_timeout(),
+            r.stderr_text()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+fn exit(r: &mut Running) -> ExitStatus {
+    let deadline = Instant::now() + program_timeout();
+    loop {
+        if let Some(s) = r.poll() {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exit within {:?}\n{}\n{}",
+            program_timeout(),
+            r.stdout_text(),
+            r.stderr_text()
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Starts `p` as a server and waits for its `rdma_listen` (`log`: more `RUST_LOG` directives).
+fn server(p: &mut Program, log: &str) -> Running {
+    p.env
+        .push(("RUST_LOG".into(), format!("{LISTEN_LOG}{log}")));
+    p.env.push(("NO_COLOR".into(), "1".into()));
+    let mut s = Running::spawn("server", p).unwrap_or_else(|e| panic!("{e}"));
+    wait_for("the server's rdma_listen", &mut s, |s| {
+        s.stderr_text().contains(LISTEN_MARKER)
+    });
+    s
+}
+
+fn rping_pair(net: &Net, count: u32, client_args: &[&str]) -> (Program, Program) {
+    let (ip, port) = (net.server_ip(), net.port_arg());
+    let mut s = Program::new(&ip, &["rping", "-s", "-a", &ip, "-p", &port, "-v", "-d"]);
+    s.exec_args = vec!["--fast-timers".into()];
+    let count = count.to_string();
+    let mut c = Program::new(
+        &net.client_ip(),
+        &["rping", "-c", "-a", &ip, "-p", &port, "-v", "-C", &count],
+    );
+    c.exec_args = ["--fast-timers"]
+        .iter()
+        .chain(client_args)
+        .map(|s| s.to_string())
+        .collect();
+    (s, c)
+}
+
+fn fired(r: &Running) -> Vec<String> {
+    r.stderr_text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("rnic: fault fired: "))
+        // "… at N ms": the time is not part of the point.
+        .map(|l| l.rsplit_once(" at ").map_or(l, |(d, _)| d).to_string())
+        .collect()
+}
+
+#[test]
+fn fault_specs_are_refused_before_the_program_starts() {
+    let dir = std::env::temp_dir().join(format!("rnic-check-faults-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let marker = dir.join("ran");
+    let touch = ["touch", marker.to_str().unwrap_or("/nonexistent")];
+    for (args, env) in [
+        (vec!["--fault", "drop:REQ"], None),
+        (vec!["--fault", "kill:on:NOTHING"], None),
+        (vec!["--fault", "partition:1s:2"], None),
+        (vec![], Some("kill:2s;drop:rc:1s")),
+    ] {
+        let mut cmd = Command::new(RNIC);
+        cmd.args(["exec", "--addr", "127.0.226.1"])
+            .args(&args)
+            .arg("--")
+            .args(touch);
+        if let Some(v) = env {
+            cmd.env("RNIC_FAULTS", v);
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains("fault \""), "{args:?} {env:?}: {err}");
+        assert!(!marker.exists(), "the program ran despite {args:?} {env:?}");
+    }
+    for args in [
+        &[
+            "check",
+            "--server-fault",
+            "drop:NOPE:1",
+            "--",
+            "true",
+            "--",
+            "true",
+        ][..],
+        &[
+            "check",
+            "--faults",
+            "cm-drop,meteor",
+            "--",
+            "true",
+            "--",
+            "true",
+        ],
+        &["check", "--", "true", "true"],
+    ] {
+        let out = Command::new(RNIC)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn lost_reqs_are_sent_again_and_all_lost_is_unreachable() {
+    let name = "lost_reqs_are_sent_again_and_all_lost_is_unreachable";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let net = Net::new(226);
+    let (mut sp, cp) = rping_pair(&net, 3, &["--fault", "drop:REQ:1-2"]);
+    let mut s = server(&mut sp, "");
+    let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+    let (cs, ss) = (exit(&mut c), exit(&mut s));
+    let report = format!("client: {}\nserver: {}", c.stderr_text(), s.stderr_text());
+    assert!(cs.success() && ss.success(), "{cs} {ss}\n{report}");
+    assert_eq!(
+        fired(&c),
+        ["drop:REQ:1-2 (REQ #1 sent)", "drop:REQ:1-2 (REQ #2 sent)"],
+        "{report}"
+    );
+    assert_eq!(
+        c.stdout_text().matches("ping data: ").count(),
+        3,
+        "{report}"
+    );
+
+    let (mut sp, cp) = rping_pair(&net, 3, &["--fault", "drop:REQ:*"]);
+    let mut s = server(&mut sp, "");
+    let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+    let cs = exit(&mut c);
+    s.kill();
+    let out = format!("{}{}", c.stdout_text(), c.stderr_text());
+    assert!(!cs.success(), "{out}");
+    assert!(
+        out.contains("RDMA_CM_EVENT_UNREACHABLE, error -110"),
+        "no UNREACHABLE with ETIMEDOUT:\n{out}"
+    );
+    assert!(fired(&c).len() > 2, "{out}");
+}
+
+/// ucmatose: the server disconnects first; the client, SIGKILLed on its DISCONNECTED, never
+/// answers with its own. Returns the server's log and the client's exit status.
+fn ucmatose_client_killed_on_disconnected(
+    net: &Net,
+    on_death: &str,
+) -> (String, ExitStatus, Vec<String>) {
+    let ip = net.server_ip();
+    let mut sp = Program::new(&ip, &["ucmatose", "-b", &ip, "-p", &net.port_arg()]);
+    sp.exec_args = vec!["--fast-timers".into()];
+    let mut s = server(&mut sp, ",rnic::ffi::cm_event=debug");
+    let mut cp = Program::new(
+        &net.client_ip(),
+        &["ucmatose", "-s", &ip, "-p", &net.port_arg()],
+    );
+    cp.exec_args = [
+        "--fast-timers",
+        "--on-death",
+        on_death,
+        "--fault",
+        "kill:on:DISCONNECTED",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+    let (cs, ss) = (exit(&mut c), exit(&mut s));
+    let log = s.stderr_text();
+    assert!(ss.success(), "server {ss}\n{log}\n{}", s.stdout_text());
+    (log, cs, fired(&c))
+}
+
+#[test]
+fn a_kill_on_disconnected_is_a_sigkill_and_rnic_exec_answers_for_the_program() {
+    let name = "a_kill_on_disconnected_is_a_sigkill_and_rnic_exec_answers_for_the_program";
+    if !tools_available(name, &["ucmatose"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let net = Net::new(227);
+    let (log, cs, fired) = ucmatose_client_killed_on_disconnected(&net, "kernel");
+    assert_eq!(cs.signal(), Some(9), "rnic exec: {cs}");
+    assert_eq!(fired, ["kill:on:DISCONNECTED"]);
+    assert!(
+        log.contains("rdma_get_cm_event: Disconnected status 0"),
+        "the server's DISCONNECTED is not the DREP's:\n{log}"
+    );
+    let (log, cs, _) = ucmatose_client_killed_on_disconnected(&net, "power-loss");
+    assert_eq!(cs.signal(), Some(9), "rnic exec: {cs}");
+    assert!(
+        log.contains("rdma_get_cm_event: Disconnected status -110"),
+        "with power-loss the server's DREQ should run out of retries:\n{log}"
+    );
+}
+
+fn rnic_check(args: &[&str], server: &[&str], client: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(RNIC)
+        .args([
+            "check",
+            "--server-addr",
+            "127.0.232.1",
+            "--client-addr",
+            "127.0.232.2",
+        ])
+        .args(args)
+        .arg("--")
+        .args(server)
+        .arg("--")
+        .args(client)
+        .output()
+        .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn rnic_check_over_rping_says_what_happened() {
+    let name = "rnic_check_over_rping_says_what_happened";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let server = ["rping", "-s", "-a", "{server}", "-p", "19232"];
+    let client = ["rping", "-c", "-a", "{server}", "-p", "19232", "-C", "3"];
+    let (code, out) = rnic_check(
+        &[
+            "--runs",
+            "4",
+            "--jobs",
+            "2",
+            "--seed",
+            "11",
+            "--faults",
+            "cm-drop,cm-dup,kill",
+            "--json",
+        ],
+        &server,
+        &client,
+    );
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    let (runs, passed, failed) = (
+        v["runs"].as_u64(),
+        v["passed"].as_u64(),
+        v["failed"].as_u64(),
+    );
+    assert_eq!(runs, Some(4), "{out}");
+    assert_eq!(passed.zip(failed).map(|(p, f)| p + f), Some(4), "{out}");
+    assert_eq!(code, Some(if failed == Some(0) { 0 } else { 1 }), "{out}");
+    assert!(
+        v["faults_fired"].as_object().is_some_and(|f| !f.is_empty()),
+        "{out}"
+    );
+
+    // Every REQ lost: the client gives up (UNREACHABLE), the server waits for ever.
+    let (code, out) = rnic_check(
+        &[
+            "--runs",
+            "1",
+            "--seed",
+            "5",
+            "--timeout",
+            "4",
+            "--client-fault",
+            "drop:REQ:*",
+        ],
+        &server,
+        &client,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    for want in [
+        "1 runs (seeds 5…5): 0 passed, 1 failed",
+        "seed 5: server hung (killed at the deadline); client exited 255 (expected 0)",
+        "--seed 5 --fast-timers -- rping -s -a 127.0.232.1",
+        "--fault 'drop:REQ:*' -- rping -c -a 127.0.232.1",
+        "check --rerun 5 --server-addr 127.0.232.1",
+        "faults fired (runs): drop:REQ 1/1",
+    ] {
+        assert!(out.contains(want), "no {want:?} in\n{out}");
+    }
+}
+
+#[test]
+fn a_seeded_fault_fires_at_the_same_point_twice() {
+    let name = "a_seeded_fault_fires_at_the_same_point_twice";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let net = Net::new(228);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (mut sp, cp) = rping_pair(
+            &net,
+            10,
+            &[
+                "--seed",
+                "7",
+                "--fault",
+                "drop:rc:0s:60s:0.2",
+                "--fault",
+                "kill:after:12:completions",
+            ],
+        );
+        let mut s = server(&mut sp, "");
+        let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+        let cs = exit(&mut c);
+        let _ = exit(&mut s);
+        assert_eq!(cs.signal(), Some(9), "{}", c.stderr_text());
+        seen.push(fired(&c));
+    }
+    assert_eq!(seen[0].len(), 2, "{seen:?}");
+    assert!(
+        seen[0][1].starts_with("kill:after:12:completions (completion "),
+        "{seen:?}"
+    );
+    assert_eq!(seen[0], seen[1], "the same seed fired elsewhere");
+}
