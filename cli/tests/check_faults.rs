@@ -339,13 +339,35 @@ fn rnic_check_over_rping_says_what_happened() {
     for want in [
         "1 runs (seeds 5…5): 0 passed, 1 failed",
         "seed 5: server hung (killed at the deadline); client exited 255 (expected 0)",
-        "--seed 5 --fast-timers -- rping -s -a 127.0.232.1",
-        "--fault 'drop:REQ:*' -- rping -c -a 127.0.232.1",
+        "--seed 5 --fast-timers --check --check-report ",
+        "-server.json -- rping -s -a 127.0.232.1",
+        "--fault 'drop:REQ:*' --check --check-report ",
+        "-client.json -- rping -c -a 127.0.232.1",
+        "code paths reached (runs): ",
+        "cm_event.RDMA_CM_EVENT_UNREACHABLE 1/1",
         "check --rerun 5 --server-addr 127.0.232.1",
         "faults fired (runs): drop:REQ 1/1",
     ] {
         assert!(out.contains(want), "no {want:?} in\n{out}");
     }
+    // The failing run's reports stay beside its logs; the client's lists the faults that fired.
+    let log = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("logs:"))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no logs line in\n{out}"));
+    let report = log.replace("-client.log", "-client.json");
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{report}: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let faults = v["faults"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !faults.is_empty()
+            && faults.iter().all(|f| f["description"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("drop:REQ:*"))),
+        "{text}"
+    );
 }
 
 #[test]
