@@ -27,8 +27,9 @@ pub struct PingArgs {
     /// as `listening on ADDR`).
     #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub listen: Option<SocketAddr>,
-    /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`).
-    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
+    /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`; one host: not a
+    /// multicast or broadcast address).
+    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_peer)]
     pub connect: Option<SocketAddr>,
     /// Client: bind this UDP socket (ip or ip:port; rping's -I), not the route's IP (on
     /// loopback an own 127.x.y.z from the process ID) and a port the OS picks. With --seed, a
@@ -153,6 +154,28 @@ pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{s}: the name has no address"))
+}
+
+/// Parses `--connect`: [`parse_host_port`], one host. An RC connection has one peer: a
+/// multicast or the limited broadcast address is refused (RDMA multicast is UD's, through
+/// `rdma_join_multicast`).
+///
+/// # Errors
+/// What [`parse_host_port`] refuses; a multicast or broadcast address.
+pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
+    let a = parse_host_port(s)?;
+    let group = match a.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_broadcast() => Some("the broadcast address"),
+        ip if ip.is_multicast() => Some("a multicast address"),
+        _ => None,
+    };
+    match group {
+        Some(what) => Err(format!(
+            "{} is {what}: an RC connection goes to one host (give the server's unicast address)",
+            a.ip()
+        )),
+        None => Ok(a),
+    }
 }
 
 /// Parses `--bind`: `ip:port`, or an IP alone (port 0: any).
