@@ -110,9 +110,15 @@ pub struct PingArgs {
     /// "at the close".
     #[arg(long, value_name = "N")]
     pub kill_peer_after: Option<u32>,
-    /// Write the datagrams this side sent and received to a pcap file.
+    /// Write the datagrams this side sent and received to a pcap file, as it goes. Its
+    /// timestamps are wall-clock (UTC), so that two sides' captures line up with each other
+    /// and with logs; the report's times count from the process's start.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Bytes of each frame the --pcap file keeps (as tcpdump's -s): the default keeps every
+    /// header and a whole CM MAD; 0 keeps whole frames.
+    #[arg(long, value_name = "BYTES", requires = "pcap", default_value_t = super::capture::DEFAULT_SNAPLEN)]
+    pub snaplen: u32,
     /// Seconds without progress before giving up: waiting for ESTABLISHED, for the peer's
     /// messages, for the next completion of the data phase, for the disconnect.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
@@ -351,6 +357,10 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
         depth: a.depth.unwrap_or(1),
         timeout,
         pcap: a.pcap.clone(),
+        snaplen: match a.snaplen {
+            0 => rnic_sim::roce::pcap::SNAPLEN,
+            n => n,
+        },
         device,
         progress: a.progress || (terminal && !a.json && !a.no_progress),
         per_iteration: a.per_iteration,
