@@ -346,9 +346,11 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Another subscriber (the application's own, if it is Rust) wins.
+    // Colours only for a terminal: a redirected stderr gets plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
         .try_init();
 }
 
