@@ -110,8 +110,8 @@ enum Command {
     /// refuses the next REQ of its socket; or another send error), counted in what it prints;
     /// 2 for bad options or a target the 127.0.0.0/8 sources cannot reach.
     Flood(flood::FloodOptions),
-    /// Measures issue 13's goals, each against a baseline measured in the same run on the same
-    /// machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
+    /// Measures rnic against its performance goals, each next to a baseline measured in the
+    /// same run on the same machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
     /// SEND round trip, CM connect rate, in-process WRITE, explore. Exits 0 when every
     /// measurement was made (goals met or not), 1 when one failed. docs/performance.md.
     Bench(rnic_cli::bench::BenchArgs),
