@@ -235,25 +235,28 @@ fn duration_runs_for_its_time_and_the_fin_tells_the_server_the_count() {
     }
 }
 
+/// A server interrupted while it serves a `--duration` client (whose count is open-ended)
+/// reports the iterations that ran, not the count that stands for "until the time is up".
 #[test]
-fn sigint_to_a_duration_client_reports_the_iterations_that_ran() {
-    let (s, addr) = server(&["--once"]);
-    let c = client(addr, &["-D", "600", "--progress"]);
-    Proc::line_where(&c.err, Duration::from_secs(30), |l| {
+fn sigint_to_a_server_of_a_duration_run_reports_the_iterations_that_ran() {
+    let s = spawn(&["ping", "--listen", "127.0.0.1:0", "--once", "--progress"]);
+    let line = Proc::line_where(&s.out, Duration::from_secs(30), |_| true).unwrap();
+    let addr = listening_addr(&line).unwrap_or_else(|| panic!("not a listening line: {line}"));
+    let c = client(addr, &["-D", "600"]);
+    Proc::line_where(&s.err, Duration::from_secs(30), |l| {
         l.contains(" iterations")
     })
-    .expect("no progress line");
-    c.signal("INT");
-    let (code, out, err) = c.finish(Duration::from_secs(30));
+    .expect("no progress line from the server");
+    s.signal("INT");
+    let (code, out, err) = s.finish(Duration::from_secs(30));
     assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
-    // What ran, not the count a --duration run stands in for (u32::MAX).
     assert!(!out.contains(&u32::MAX.to_string()), "{out}");
     assert!(
         out.lines()
             .any(|l| l.contains(" iterations of a --duration run done")),
         "{out}"
     );
-    s.finish(Duration::from_secs(30));
+    c.finish(Duration::from_secs(30));
 }
 
 #[test]
