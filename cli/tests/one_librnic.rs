@@ -11,8 +11,8 @@ use std::path::Path;
 /// The `[dependencies]` of a manifest (and of its `[target.….dependencies]`): name → the text
 /// after the name (`.workspace = true`, `= { version = … }`, …).
 fn dependencies(manifest: &Path) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(manifest)
-        .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let text =
+        std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
     let mut deps = BTreeMap::new();
     let mut in_deps = false;
     for line in text.lines().map(str::trim) {
@@ -36,7 +36,15 @@ fn dependencies_rnic_capi_shares_are_declared_once_in_the_workspace() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let capi = dependencies(&root.join("capi/Cargo.toml"));
     assert!(capi.contains_key("nix"), "{capi:?}");
-    let members = ["cli", "rnic-sim", "cm-core", "verbs-core", "verbs-abi", "tests", "hw"];
+    let members = [
+        "cli",
+        "rnic-sim",
+        "cm-core",
+        "verbs-core",
+        "verbs-abi",
+        "tests",
+        "hw",
+    ];
     let mut bad = Vec::new();
     for member in members {
         let theirs = dependencies(&root.join(member).join("Cargo.toml"));

@@ -586,7 +586,14 @@ fn frame_times_and_lengths(pcap: &std::path::Path) -> Vec<(f64, u64, u64)> {
         .arg("-r")
         .arg(pcap)
         .args(["-T", "fields", "-E", "separator=,"])
-        .args(["-e", "frame.time_epoch", "-e", "frame.len", "-e", "frame.cap_len"])
+        .args([
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "frame.len",
+            "-e",
+            "frame.cap_len",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "tshark failed: {out:?}");
@@ -594,7 +601,11 @@ fn frame_times_and_lengths(pcap: &std::path::Path) -> Vec<(f64, u64, u64)> {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
         })
         .collect()
 }
@@ -615,7 +626,10 @@ fn pcap_frames_are_cut_to_the_snaplen_and_stamped_with_the_wall_clock() {
             .as_secs_f64()
     };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let (cp, sp) = (dir.join("snaplen_client.pcap"), dir.join("snaplen_server.pcap"));
+    let (cp, sp) = (
+        dir.join("snaplen_client.pcap"),
+        dir.join("snaplen_server.pcap"),
+    );
     let before = now();
     let s = spawn_server(
         &[],
@@ -625,7 +639,16 @@ fn pcap_frames_are_cut_to_the_snaplen_and_stamped_with_the_wall_clock() {
     let (cc, cout) = run_client(
         &[],
         s.addr,
-        &["--op", "write", "--size", "4096", "--count", "2", "--pcap", cp.to_str().unwrap()],
+        &[
+            "--op",
+            "write",
+            "--size",
+            "4096",
+            "--count",
+            "2",
+            "--pcap",
+            cp.to_str().unwrap(),
+        ],
     );
     let (sc, sout) = s.finish();
     let after = now();
@@ -633,11 +656,17 @@ fn pcap_frames_are_cut_to_the_snaplen_and_stamped_with_the_wall_clock() {
     let (client, server) = (frame_times_and_lengths(&cp), frame_times_and_lengths(&sp));
     assert!(!client.is_empty() && !server.is_empty());
     for (t, _, _) in client.iter().chain(&server) {
-        assert!(before - 1.0 <= *t && *t <= after + 1.0, "{t} not in {before}..{after}");
+        assert!(
+            before - 1.0 <= *t && *t <= after + 1.0,
+            "{t} not in {before}..{after}"
+        );
     }
     // The client's frames are cut to 384 bytes, the server's (--snaplen 0) whole; 1 KiB
     // packets of the WRITEs are longer.
-    assert!(client.iter().all(|(_, len, cap)| cap == &(*len).min(384)), "{client:?}");
+    assert!(
+        client.iter().all(|(_, len, cap)| cap == &(*len).min(384)),
+        "{client:?}"
+    );
     assert!(client.iter().any(|(_, len, _)| *len > 384), "{client:?}");
     assert!(server.iter().all(|(_, len, cap)| len == cap), "{server:?}");
     // The REQ: the first frame of each capture, received no earlier than sent.

@@ -93,7 +93,10 @@ fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
         .find("librnic 127.0.98.9:4791 at ")
         .map(|at| &stderr[at..])
         .unwrap_or_else(|| panic!("no counters in:\n{stderr}"));
-    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(rows[1], ["group", "counter", "value"], "{table}");
     // The connection's MADs: the CM group's first line.
     assert!(rows.iter().any(|r| r.first() == Some(&"cm")), "{table}");

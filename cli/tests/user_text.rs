@@ -44,7 +44,9 @@ fn offence(line: &str) -> Option<&'static str> {
 fn files(dir: &Path, ext: &str, skip: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for e in entries {
-        let path = e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path();
+        let path = e
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .path();
         if path == skip {
             continue;
         }
@@ -60,7 +62,12 @@ fn files(dir: &Path, ext: &str, skip: &Path, out: &mut Vec<PathBuf>) {
 fn user_facing_text_names_no_issue_round_outside_file_or_placeholder() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut docs = vec![root.join("README.md")];
-    files(&root.join("docs"), "md", &root.join("docs/design"), &mut docs);
+    files(
+        &root.join("docs"),
+        "md",
+        &root.join("docs/design"),
+        &mut docs,
+    );
     let mut code = Vec::new();
     for dir in ["cli/src", "capi/src"] {
         files(&root.join(dir), "rs", Path::new(""), &mut code);
@@ -85,7 +92,12 @@ fn user_facing_text_names_no_issue_round_outside_file_or_placeholder() {
             }
         }
     }
-    assert!(found.is_empty(), "{} line(s):\n{}", found.len(), found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "{} line(s):\n{}",
+        found.len(),
+        found.join("\n")
+    );
 }
 
 #[test]

@@ -36,7 +36,8 @@ pub struct Stats {
 impl Stats {
     /// One JSON object, one line.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).map_or_else(|e| format!("{{\"error\":\"{e}\"}}\n"), |s| s + "\n")
+        serde_json::to_string(self)
+            .map_or_else(|e| format!("{{\"error\":\"{e}\"}}\n"), |s| s + "\n")
     }
 
     /// A table: a header line, then one line a counter not zero, its group named on the
@@ -105,7 +106,11 @@ mod tests {
     fn the_table_lists_the_counters_not_zero_by_group() {
         let t = stats().to_table();
         let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split_whitespace().collect()).collect();
-        assert_eq!(lines[0], ["librnic", "127.0.0.9:4791", "at", "1.500", "s"], "{t}");
+        assert_eq!(
+            lines[0],
+            ["librnic", "127.0.0.9:4791", "at", "1.500", "s"],
+            "{t}"
+        );
         assert_eq!(lines[1], ["group", "counter", "value"], "{t}");
         assert_eq!(lines[2], ["udp", "received", "2"], "{t}");
         assert_eq!(lines[3], ["sent", "3"], "{t}");

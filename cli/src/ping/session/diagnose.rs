@@ -89,7 +89,14 @@ fn other_sockets_on(local: std::net::SocketAddr) -> Option<u16> {
     let ours: Vec<String> = std::fs::read_dir("/proc/self/fd")
         .ok()?
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| Some(l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned()))
+        .filter_map(|l| {
+            Some(
+                l.to_str()?
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
         .collect();
     let table = std::fs::read_to_string("/proc/net/udp").ok()?;
     // "sl local_address rem_address st … inode …", local_address as "0100007F:1F90": the
