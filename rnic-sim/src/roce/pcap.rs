@@ -73,19 +73,11 @@ impl<W: Write> PcapWriter<W> {
     ///
     /// Errors: [`PcapError::Pcap`] if the writer fails.
     pub fn new(writer: W) -> Result<Self, PcapError> {
-        Self::with_snaplen(writer, SNAPLEN)
-    }
-
-    /// As [`new`](Self::new), with the file header's snap length `snaplen` (the longest
-    /// frame a record holds; [`datagram_record_cut`] cuts to it).
-    ///
-    /// Errors: [`PcapError::Pcap`] if the header cannot be written.
-    pub fn with_snaplen(writer: W, snaplen: u32) -> Result<Self, PcapError> {
         let header = PcapHeader {
             datalink: DataLink::ETHERNET,
             ts_resolution: TsResolution::NanoSecond,
             endianness: Endianness::Big,
-            snaplen,
+            snaplen: SNAPLEN,
             ..PcapHeader::default()
         };
         Ok(PcapWriter {
@@ -159,7 +151,9 @@ pub fn datagram_record(
 
 /// As [`datagram_record`], at `ts` since the Unix epoch (a wall-clock time, or a simulated
 /// one), with the frame cut to its first `snaplen` bytes (the record's original length stays
-/// the whole frame's, as tcpdump's `-s` does).
+/// the whole frame's, as tcpdump's `-s` does). The file header keeps its snap length,
+/// [`SNAPLEN`]: some readers (the `pcap-file` crate) refuse a record whose original length
+/// is larger than the header's.
 ///
 /// Errors: as [`datagram_record`]; [`PcapError::Pcap`] if `ts` is past 2106.
 pub fn datagram_record_cut(
