@@ -62,6 +62,8 @@ impl Stats {
             let mut name = group;
             for (counter, v) in &counters {
                 if v.as_u64() != Some(0) {
+                    // serde_json's Display pads nothing: pad the text.
+                    let v = v.to_string();
                     let _ = writeln!(s, "  {name:<12}{counter:<28}{v:>14}");
                     name = "";
                 }
@@ -117,6 +119,9 @@ mod tests {
         assert_eq!(lines[4], ["cm", "tx_mads", "1"], "{t}");
         assert!(lines[5].starts_with(&["(all", "0:", "datagrams,"]), "{t}");
         assert_eq!(lines.len(), 6, "{t}");
+        // The values line up, right-aligned.
+        let ends: Vec<usize> = t.lines().skip(1).take(4).map(str::len).collect();
+        assert!(ends.windows(2).all(|w| w[0] == w[1]), "{t}");
         assert!(!t.contains('{'), "no Debug structs: {t}");
     }
 
