@@ -36,6 +36,21 @@ fn grh(src: Gid, dst: Gid, transport_len: usize) -> [u8; GRH_BYTES] {
     g
 }
 
+/// What a UD receive completion's `sl` holds on RoCE, as mlx5 reports it (the CQE's
+/// `flags_rqpn` bits 27:24, `mlx5_parse_cqe` in rdma-core providers/mlx5/cq.c; the PRM's "RoCE
+/// packet type": bit 3 a UDP header, bits 2:0 the L3 header, 1 IPv6, 2 IPv4). UCX's UD
+/// transport reads it to find the destination GID in the GRH (`uct_ud_iface_check_grh`) and
+/// drops the datagram when it looks in the wrong place.
+/// IPv4 when both GIDs are IPv4-mapped, as in [`grh`].
+fn roce_packet_type(src: Gid, dst: Gid) -> u8 {
+    const UDP: u8 = 0x8;
+    if src.to_ip().is_ipv4() && dst.to_ip().is_ipv4() {
+        UDP | 0x2
+    } else {
+        UDP | 0x1
+    }
+}
+
 impl crate::qp::SimQp {
     /// Sends the queued UD datagrams; a UD send completes once it is on the wire.
     pub(crate) fn transmit_ud(&mut self, sh: &mut Shared) {
@@ -131,6 +146,7 @@ impl crate::qp::SimQp {
         };
         let mut wc = WorkCompletion::success(r.wr_id, WcOpcode::Recv, total as u32, self.qpn);
         wc.src_qp = deth.src_qp;
+        wc.sl = roce_packet_type(src, dst);
         wc.wc_flags = WcFlags::GRH;
         if let Some(imm) = pkt.imm {
             wc.imm_data = imm;

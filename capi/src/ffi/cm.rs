@@ -72,12 +72,13 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
             n.cm_signals.insert(ch, signal);
             ch
         });
-        leak(ChannelBox {
+        let p = leak(ChannelBox {
             c: rdma_event_channel { fd: raw },
             handle,
             fd,
-        })
-        .cast()
+        });
+        crate::check::with_state(|s| s.channels.insert(p as usize));
+        p.cast()
     })
 }
 
@@ -90,6 +91,16 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
         let b = channel.cast::<ChannelBox>();
         // SAFETY: `channel` came from `rdma_create_event_channel`.
         let h = unsafe { (*b).handle };
+        if crate::check::enabled() {
+            let users = registry()
+                .ids
+                .values()
+                // SAFETY: registered ids are live boxes.
+                .filter(|&&p| unsafe { (*(p as *const IdBox)).c.channel } == channel)
+                .count();
+            let at = crate::check::now_ms();
+            crate::check::with_state(|s| s.destroying_channel(channel as usize, users, at));
+        }
         let res = r.with(|n, _| {
             let res = n.split().0.destroy_event_channel(h);
             if res.is_ok() {
@@ -504,6 +515,13 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         };
         // SAFETY: `id` is an id of this library.
         let (h, private) = unsafe { (idbox(id).handle, private_of(r, id)) };
+        if crate::check::enabled() {
+            // SAFETY: as above (`qp` is only compared with the live QPs, not read).
+            let qp = unsafe { (*id).qp } as usize;
+            let qp = (qp != 0 && registry().qps.values().any(|&p| p == qp)).then_some(qp);
+            let (thread, at) = (std::thread::current().id(), crate::check::now_ms());
+            crate::check::with_state(|s| s.destroying_id(id as usize, qp, thread, at));
+        }
         // librdmacm blocks until every event it returned for this id is acked (another thread
         // may fetch one more meanwhile: then wait again), but for a synchronous call's
         // `id->event`, which it acks itself.
@@ -520,6 +538,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         match res {
             Ok(()) => {
                 registry().ids.remove(&h);
+                crate::check::with_state(|s| s.id_destroyed(id as usize));
                 // SAFETY: as above; freed once, after the CM forgot it, with its kept event
                 // and private channel.
                 unsafe {

@@ -47,6 +47,12 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             if let Some(p) = got {
                 // SAFETY: `p` was just made by `make_event`.
                 let (ev, st) = unsafe { ((*p).event.event, (*p).c.status) };
+                if crate::check::enabled() {
+                    // SAFETY: as above.
+                    let (kind, id, listen) =
+                        unsafe { ((*p).c.event, (*p).c.id as usize, (*p).c.listen_id as usize) };
+                    note_fetched(p as usize, kind, id, listen);
+                }
                 tracing::debug!("rdma_get_cm_event: {ev:?} status {st}");
                 // SAFETY: `event` is a writable out-parameter (rdma_get_cm_event(3)).
                 unsafe { *event = p.cast() };
@@ -56,12 +62,32 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     })
 }
 
+/// Tells the checker that event `event` of type `kind` was returned for `id` (`listen`: its
+/// listener, for a CONNECT_REQUEST, whose unacked events it counts in as librdmacm's
+/// `evt->id_priv`).
+fn note_fetched(event: usize, kind: u32, id: usize, listen: usize) {
+    let kind = crate::check::counts::cm_event_name(kind);
+    let counted_against = if kind == "RDMA_CM_EVENT_CONNECT_REQUEST" && listen != 0 {
+        listen
+    } else {
+        id
+    };
+    let f = crate::check::state::Fetched {
+        counted_against,
+        kind,
+        thread: std::thread::current().id(),
+        at_ms: crate::check::now_ms(),
+    };
+    crate::check::with_state(|s| s.fetched(event, id, f));
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
     guard("rdma_ack_cm_event", -1, || {
         let (Ok(r), false) = (rt(), event.is_null()) else {
             return fail(libc::EINVAL);
         };
+        crate::check::with_state(|s| s.acked(event as usize));
         // SAFETY: `event` came from `rdma_get_cm_event` and is acked once.
         let b = unsafe { Box::from_raw(event.cast::<EventBox>()) };
         let res = r.with(|n, _| n.split().0.ack_cm_event(b.event.clone()));

@@ -131,6 +131,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         };
         // SAFETY: `cq` came from `ibv_create_cq` and is not yet destroyed.
         let (h, channel) = unsafe { ((*cq).handle, (*cq).channel) };
+        if crate::check::enabled() && super::check_hooks::cq_overran(h) {
+            let at = crate::check::now_ms();
+            crate::check::with_state(|s| s.overran(cq as usize, Some("ibv_destroy_cq"), at));
+        }
         match r.with(|n, _| n.dev().destroy_cq(CqHandle(h))) {
             Ok(()) => {
                 registry().cqs.remove(&h);
@@ -272,15 +276,28 @@ pub(super) unsafe extern "C" fn rnic_poll_cq(
         let h = CqHandle(unsafe { (*cq).handle });
         WC_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
+            let checking = crate::check::enabled();
             match poll_into(h, max, &mut buf) {
                 Ok(n) => {
                     for (i, w) in buf.iter().enumerate() {
+                        let c = wc_to_c(w);
+                        if checking {
+                            crate::check::counts::wc(c.status);
+                        }
                         // SAFETY: `wc` holds `num_entries` writable entries (ibv_poll_cq(3)).
-                        unsafe { wc.add(i).write(wc_to_c(w)) };
+                        unsafe { wc.add(i).write(c) };
                     }
                     n as c_int
                 }
-                Err(e) => -e,
+                Err(e) => {
+                    if checking && e == libc::EIO && super::check_hooks::cq_overran(h.0) {
+                        let at = crate::check::now_ms();
+                        crate::check::with_state(|s| {
+                            s.overran(cq as usize, Some("ibv_poll_cq"), at)
+                        });
+                    }
+                    -e
+                }
             }
         })
     })

@@ -24,7 +24,8 @@
 //! `crate::runtime::rsocket`; the rest of libibverbs's public symbols: [`verbs_misc`] (the
 //! calls with an answer here), [`verbs_unsupported`] (clean EOPNOTSUPP errors), [`marshall`]
 //! (`ibv_copy_*_kern`); `prototypes` (the exports the hardware backend calls have
-//! `verbs_abi::functions`' types, checked at compile time); and [`calls`] (the entry points called from safe Rust
+//! `verbs_abi::functions`' types, checked at compile time); [`check_hooks`] (the checker's
+//! view of live objects, its report at exit and on a deadly signal); and [`calls`] (the entry points called from safe Rust
 //! in-process: tests, the fuzzer). Dependencies go one way: an entry point file uses the files
 //! below it, never another entry point file's helpers in a circle (`.ci/import-cycles`).
 
@@ -35,6 +36,7 @@
 mod addrinfo;
 mod async_event;
 pub mod calls;
+mod check_hooks;
 mod cm;
 mod cm_ece;
 mod cm_ep;
@@ -75,6 +77,9 @@ use verbs_core::Error;
 
 /// Runs an entry point's body; a panic is logged and turns into `on_panic` with errno `EIO`.
 fn guard<R>(name: &'static str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    if crate::check::enabled() {
+        crate::check::counts::call();
+    }
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
@@ -143,6 +148,8 @@ fn rt() -> Result<&'static Runtime, i32> {
         stats_at_exit(r.config().stats);
         // SAFETY: `close_at_exit` is a plain `extern "C" fn()` that catches its own panics.
         unsafe { libc::atexit(close_at_exit) };
+        // Registered after `close_at_exit`, so it runs before it (atexit is LIFO).
+        check_hooks::install();
     });
     Ok(r)
 }

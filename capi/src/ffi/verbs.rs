@@ -264,10 +264,14 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
             Err(e) => return fail_null(e),
         };
         match r.with(|n, _| n.dev().alloc_pd()) {
-            Ok(pd) => leak(ibv_pd {
-                context,
-                handle: pd.0,
-            }),
+            Ok(pd) => {
+                let p = leak(ibv_pd {
+                    context,
+                    handle: pd.0,
+                });
+                crate::check::with_state(|s| s.pds.insert(p as usize));
+                p
+            }
             Err(e) => fail_null(errno_of(&e)),
         }
     })
@@ -277,7 +281,11 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", libc::EIO, || {
         // SAFETY: `pd` is NULL or came from `ibv_alloc_pd` (ibv_dealloc_pd(3)).
-        unsafe { destroy_boxed(pd, |p| p.handle, |d, h| d.dealloc_pd(PdHandle(h))) }
+        let rc = unsafe { destroy_boxed(pd, |p| p.handle, |d, h| d.dealloc_pd(PdHandle(h))) };
+        if rc == 0 {
+            crate::check::with_state(|s| s.pds.remove(&(pd as usize)));
+        }
+        rc
     })
 }
 
@@ -333,15 +341,19 @@ fn reg_mr(
         }
     });
     match registered {
-        Ok(mr) => leak(ibv_mr {
-            context,
-            pd,
-            addr,
-            length,
-            handle: mr.handle.0,
-            lkey: mr.lkey,
-            rkey: mr.rkey,
-        }),
+        Ok(mr) => {
+            let p = leak(ibv_mr {
+                context,
+                pd,
+                addr,
+                length,
+                handle: mr.handle.0,
+                lkey: mr.lkey,
+                rkey: mr.rkey,
+            });
+            crate::check::with_state(|s| s.mrs.insert(p as usize));
+            p
+        }
         Err(e) => fail_null(errno_of(&e)),
     }
 }
@@ -387,6 +399,15 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", libc::EIO, || {
+        if crate::check::enabled() && !mr.is_null() {
+            if let Ok(r) = rt() {
+                // SAFETY: as below.
+                let lkey = unsafe { (*mr).lkey };
+                let posted = r.with_quiet(|n, _| n.device().posted_wr_using(lkey));
+                let at = crate::check::now_ms();
+                crate::check::with_state(|s| s.deregistering(mr as usize, lkey, posted, at));
+            }
+        }
         // SAFETY: `mr` is NULL or came from `ibv_reg_mr*` (ibv_dereg_mr(3)).
         unsafe { destroy_boxed(mr, |m| m.handle, |d, h| d.dereg_mr(MrHandle(h))) }
     })

@@ -358,6 +358,12 @@ fn init_logging() {
 /// is, the simulated RNIC (QPNs, keys, MR addresses) a fork of it.
 const DEVICE_SEED_STREAM: u64 = 0x0064_6576;
 
+/// The device's `max_cqe`: mlx5's (ConnectX-5 and later report 2^22 − 1), not rxe's 32 767,
+/// because libfabric's `ofi_rxm` asks for a CQ of (MSG rx size + tx size) × `FI_UNIVERSE_SIZE`
+/// entries, 65 536 with its defaults (`rxm_ep_msg_cq_open`). A CQ's entries are allocated as
+/// completions arrive, never up front, so the limit costs nothing.
+const MAX_CQE: u32 = (1 << 22) - 1;
+
 impl Runtime {
     fn start(config: Config, take_fd: Option<FdTaker>) -> Result<Runtime, String> {
         let (socket, state) = match take_fd.and_then(|t| publish::inherited(&config, t)) {
@@ -373,6 +379,7 @@ impl Runtime {
         dcfg.active_mtu = config.mtu;
         dcfg.seed = Rng::new(seed).fork(DEVICE_SEED_STREAM).key();
         dcfg.poison_undefined_wc_fields = config.poison_wc;
+        dcfg.max_cqe = MAX_CQE;
         // Each QP's burst fits the receive buffer the kernel grants (the driver would size it
         // too; sizing it first gives the window).
         dcfg.max_unacked_bytes =

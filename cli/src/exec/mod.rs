@@ -6,8 +6,11 @@
 //! (both inherited by the program, `rnic::state_file`), forwards signals, and when the program
 //! dies, however, finishes its connections as `ucma_close` and the CM would before exiting with
 //! the program's status. Files: [`supervise`] (start, signals, wait, exit status), [`teardown`]
-//! (the CM that speaks for the dead program).
+//! (the CM that speaks for the dead program), [`check`] (`--check`: the checker's switch and
+//! its report), [`device_files`] (`/dev/infiniband` and `/sys/class/infiniband` for UCX).
 
+pub mod check;
+pub mod device_files;
 pub mod supervise;
 pub mod teardown;
 
@@ -62,6 +65,23 @@ pub struct ExecOptions {
     /// become rsockets on this RNIC (RNIC_RSPRELOAD names the library). docs/capi.md.
     #[arg(long)]
     pub rsockets: bool,
+    /// Whether the program sees `/dev/infiniband/uverbs0` and `/sys/class/infiniband/<device>`,
+    /// which UCX looks for: `auto` makes them, where they are missing, in a mount namespace of
+    /// the program's own (unprivileged: needs user namespaces), and says in one line when it
+    /// cannot; `require` refuses to start the program then; `off` never makes them.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = device_files::DeviceFiles::Auto)]
+    pub device_files: device_files::DeviceFiles,
+    /// Check the program's teardown and use of verbs and rdma_cm against the rules of
+    /// docs/check.md; the findings are printed on stderr when it ends (exit, SIGINT, SIGTERM,
+    /// a crash). `--check=fail`: a program that exited 0 with findings makes `rnic exec` exit
+    /// with 3. Sets RNIC_CHECK.
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true,
+          default_missing_value = "report", value_name = "MODE")]
+    pub check: Option<check::CheckMode>,
+    /// Also write the check's report as JSON to FILE (implies --check). Sets
+    /// RNIC_CHECK_REPORT.
+    #[arg(long, value_name = "FILE")]
+    pub check_report: Option<PathBuf>,
     /// The program and its arguments (`--` before them is optional unless the program's name
     /// starts with `-`).
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
@@ -166,6 +186,9 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         "RNIC_FAST_TIMERS",
         opts.fast_timers.then(|| "1".to_string()),
     );
+    if let Some(c) = check::checking(opts.check, opts.check_report.as_deref()) {
+        c.set_env(&mut cmd);
+    }
     Ok(cmd)
 }
 

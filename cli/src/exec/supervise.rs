@@ -20,10 +20,13 @@
 //!   caught signal's is reset by `exec`) and the mask `rnic exec` was started with. The program
 //!   is never signalled after it was reaped (the wait does not reap until forwarding stopped),
 //!   so its process ID cannot have been reused.
-//! * **After**: `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the
-//!   program's status: its exit code, or its signal raised again on `rnic exec` itself (with
-//!   core dumps off: the program's core, if any, is the one that matters).
+//! * **After**: with `--check`, the program's report is read ([`super::check`]);
+//!   `--on-death kernel` runs [`super::teardown`], then `rnic exec` exits with the program's
+//!   status (but 3 under `--check=fail` for an exit 0 with findings): its exit code, or its
+//!   signal raised again on `rnic exec` itself (with core dumps off: the program's core, if
+//!   any, is the one that matters).
 
+use super::device_files::{make_visible, Device, DeviceFiles, UVERBS};
 use super::teardown;
 use super::{program_env, ExecOptions, OnDeath};
 use nix::sys::signal::{kill, Signal};
@@ -60,6 +63,8 @@ struct Rnic {
     state: StateFile,
     /// The descriptor the program inherits.
     state_fd: OwnedFd,
+    /// The device name (`RNIC_DEVICE`).
+    device: String,
 }
 
 /// Binds the socket and makes the state file; `Ok(None)` when the program's environment or
@@ -81,7 +86,42 @@ fn prepare(cmd: &Command) -> Result<Option<Rnic>, String> {
         socket,
         state,
         state_fd: memfd,
+        device: config.device,
     }))
+}
+
+/// `--device-files`: makes the device's files visible to the program (before any thread is
+/// started: a user namespace is entered only by a single-threaded process); `false` when
+/// they were required and could not be made (the reason printed).
+fn device_files(mode: DeviceFiles, rnic: Option<&Rnic>) -> bool {
+    if mode == DeviceFiles::Off {
+        return true;
+    }
+    let dev = Device {
+        name: rnic.map_or_else(|| "rnic0".into(), |r| r.device.clone()),
+        addr: rnic
+            .and_then(|r| r.socket.local_addr().ok())
+            .map(|a| a.ip()),
+    };
+    match make_visible(&dev) {
+        Ok(o) => {
+            tracing::debug!(?o, "rnic exec: device files");
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "rnic exec: /dev/infiniband/{UVERBS} and /sys/class/infiniband/{} not made ({e}); \
+                 programs that look for them (UCX) will not see the device{}",
+                dev.name,
+                if mode == DeviceFiles::Require {
+                    ", and --device-files require was given"
+                } else {
+                    "; --device-files off silences this"
+                }
+            );
+            mode != DeviceFiles::Require
+        }
+    }
 }
 
 /// Lets the program inherit `fd` (clears `FD_CLOEXEC`).
@@ -114,6 +154,9 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
         None
     });
     cmd.env_remove(SUPERVISOR_ENV);
+    if !device_files(opts.device_files, rnic.as_ref()) {
+        return ExitCode::from(127);
+    }
     if let Some(r) = &rnic {
         if let Err(e) = inheritable(&r.socket).and_then(|()| inheritable(&r.state_fd)) {
             eprintln!("rnic exec: cannot pass the RNIC to the program: {e}");
@@ -163,7 +206,14 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
             eprintln!("rnic exec: cannot start the signal thread ({e}): signals are not passed on");
         }
     }
+    let pid = child.id();
     let status = wait(&mut child, &forwarder);
+    let checking = super::check::checking(opts.check, opts.check_report.as_deref());
+    let failed = checking.and_then(|c| {
+        let program = opts.argv.first().map(|p| p.to_string_lossy().into_owned());
+        let n = c.findings(program.as_deref().unwrap_or(""), pid, status);
+        super::check::verdict(c.mode, status, n)
+    });
     if let (Some(r), OnDeath::Kernel) = (rnic, opts.on_death) {
         let linger = opts.linger.map(Duration::from_millis);
         match teardown::run(r.socket, &r.state, linger, status.code().is_some(), &rx) {
@@ -187,7 +237,10 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
             Err(e) => eprintln!("rnic exec: {e}"),
         }
     }
-    exit_as(status)
+    match failed {
+        Some(code) => ExitCode::from(code),
+        None => exit_as(status),
+    }
 }
 
 /// Passes signals on to the program until it is reaped.

@@ -193,6 +193,30 @@ impl SimDevice {
         }
     }
 
+    /// The oldest WR still posted on a QP of this device (not yet completed, so the device may
+    /// still read or write its buffers) whose SGE list names `lkey`: its QP number and `wr_id`.
+    /// Send queues first, then receive queues; WRs waiting on an SRQ are not searched. For
+    /// librnic's checker (an MR deregistered under a posted WR).
+    pub fn posted_wr_using(&self, lkey: u32) -> Option<(u32, u64)> {
+        let uses = |sges: &[verbs_core::Sge]| sges.iter().any(|s| s.lkey == lkey && s.length > 0);
+        let sends = self.qps.values().flat_map(|q| {
+            q.sq.iter()
+                .filter(|w| w.payload.is_none() && uses(&w.wr.sg_list))
+                .map(move |w| (q.qpn, w.wr.wr_id))
+        });
+        let recvs = self.qps.values().flat_map(|q| {
+            q.rq.iter()
+                .filter(|w| uses(&w.sg_list))
+                .map(move |w| (q.qpn, w.wr_id))
+        });
+        sends.chain(recvs).next()
+    }
+
+    /// Whether CQ `cq` lost a completion to an overrun (IBTA C11-37); false for an unknown CQ.
+    pub fn cq_overran(&self, cq: CqHandle) -> bool {
+        self.sh.cqs.get(&cq.0).is_some_and(|c| c.overrun)
+    }
+
     /// How many async events are queued, not yet taken by [`Device::get_async_event`]: what
     /// makes a context's `async_fd` readable (librnic tops its descriptor up to this count).
     pub fn pending_async_events(&self) -> usize {
