@@ -56,9 +56,7 @@ impl<N: PingNic> Session<'_, N> {
             (_, stop) => stop,
         }
     }
-}
 
-impl<N: PingNic> Session<'_, N> {
     /// The likely cause of a REQ nobody answered. When another UDP socket of this machine is
     /// bound to our IP — another RNIC with our GID, e.g. two clients given one `--bind` — it
     /// is named: a server takes a GID's datagrams from the one socket it connected first and
