@@ -11,7 +11,7 @@
 //! | `RNIC_FAST_TIMERS` | `1` (or `true`, `yes`): short CM and transport timers (as `rnic ping --fast-timers`); `0`, `false`, `no`: Linux's | off |
 //! | `RNIC_POISON_WC` | `1` (or `true`, `yes`): junk, not zeros, in the fields of an error work completion that ibv_poll_cq(3) leaves undefined (`SimDeviceConfig::poison_undefined_wc_fields`; docs/semantics-verbs.md "Entering ERR and flushing"); `0`, `false`, `no`: zeros, as rxe | off |
 //! | `RNIC_FAULTS` | `;`-separated faults on this RNIC (`rnic exec --fault`; grammar in docs/check.md, "Faults"), seeded by `RNIC_SEED` | none |
-//! | `RNIC_STATS` | `1`: the RNIC's counters on stderr at exit; `every:MS` (MS ≥ 10): also every MS ms | off |
+//! | `RNIC_STATS` | `1` (or `table`): the RNIC's counters on stderr at exit, as a table of those not zero; `json`: as one JSON object a line, every counter; `every:MS` (MS ≥ 10): also every MS ms; combined with a comma, e.g. `json,every:250`; `0`: off | off |
 //! | `RUST_LOG` | `tracing` filter for the library's log on stderr (e.g. `rnic=debug`) | warnings |
 //!
 //! Each process is one simulated RNIC whose GID is its IP, as on a real RoCE NIC; two
@@ -46,11 +46,38 @@ pub struct Config {
     pub remove_device_ms: Option<u64>,
     /// `RNIC_RESOLVE_US`, µs.
     pub resolve_us: u64,
-    /// `RNIC_STATS`: print the counters at exit (`Some(None)`), and also every so many ms
-    /// (`Some(Some(ms))`).
-    pub stats: Option<Option<u64>>,
+    /// `RNIC_STATS`: print the counters at exit, how and how often; `None`: never.
+    pub stats: Option<StatsConfig>,
     /// `RNIC_FAULTS`.
     pub faults: Vec<crate::inject::spec::FaultSpec>,
+}
+
+/// What `RNIC_STATS` asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsConfig {
+    /// One JSON object a line (`json`) rather than a table.
+    pub json: bool,
+    /// Also every so many ms (`every:MS`), not only at exit.
+    pub every_ms: Option<u64>,
+}
+
+impl StatsConfig {
+    /// Parses `RNIC_STATS` other than `0`: `1` or `table`, `json`, `every:MS` (MS ≥ 10),
+    /// comma-separated.
+    fn parse(v: &str) -> Option<StatsConfig> {
+        let mut c = StatsConfig::default();
+        for word in v.split(',') {
+            match word {
+                "1" | "table" => c.json = false,
+                "json" => c.json = true,
+                _ => {
+                    let ms = word.strip_prefix("every:")?.parse::<u64>().ok();
+                    c.every_ms = Some(ms.filter(|ms| *ms >= 10)?);
+                }
+            }
+        }
+        Some(c)
+    }
 }
 
 impl Default for Config {
@@ -171,15 +198,13 @@ impl Config {
         if let Some(v) = val("RNIC_STATS") {
             c.stats = match v.as_str() {
                 "0" => None,
-                "1" => Some(None),
-                _ => Some(Some(
-                    v.strip_prefix("every:")
-                        .and_then(|ms| ms.parse::<u64>().ok())
-                        .filter(|ms| *ms >= 10)
-                        .ok_or_else(|| {
-                            bad("RNIC_STATS", &v, "expected 1, 0 or every:MS with MS >= 10")
-                        })?,
-                )),
+                _ => Some(StatsConfig::parse(&v).ok_or_else(|| {
+                    bad(
+                        "RNIC_STATS",
+                        &v,
+                        "expected 0, or 1 (table), json, every:MS with MS >= 10, comma-separated",
+                    )
+                })?),
             };
         }
         let flag = |k: &str, v: &str| match v {
@@ -240,7 +265,7 @@ mod tests {
             ("RNIC_SEED", "77"),
             ("RNIC_FAST_TIMERS", "1"),
             ("RNIC_RESOLVE_US", "0"),
-            ("RNIC_STATS", "every:250"),
+            ("RNIC_STATS", "json,every:250"),
             ("RNIC_POISON_WC", "yes"),
             ("RNIC_REMOVE_DEVICE_MS", "1500"),
         ]);
@@ -254,7 +279,11 @@ mod tests {
         );
         assert_eq!((c.device.as_str(), c.mtu), ("rxe9", Mtu::Mtu4096));
         assert_eq!((c.drop_rate, c.seed, c.fast_timers), (0.25, Some(77), true));
-        assert_eq!((c.resolve_us, c.stats), (0, Some(Some(250))));
+        let stats = StatsConfig {
+            json: true,
+            every_ms: Some(250),
+        };
+        assert_eq!((c.resolve_us, c.stats), (0, Some(stats)));
         assert!(c.poison_wc);
         assert_eq!(c.remove_device_ms, Some(1500));
     }
@@ -273,6 +302,8 @@ mod tests {
             ("RNIC_RESOLVE_US", "soon"),
             ("RNIC_STATS", "every:0"),
             ("RNIC_STATS", "2"),
+            ("RNIC_STATS", "json,every:5"),
+            ("RNIC_STATS", "yaml"),
         ] {
             match cfg(&[(k, v)]) {
                 Err(e) => assert!(e.0.starts_with(k), "{e}"),

@@ -1,6 +1,6 @@
 //! `rnic flood`: a connection-request flood at an rdma_cm listener over loopback UDP, to test a
-//! server under the attack issue 12 describes — many REQs from many addresses, none of which
-//! will ever answer the REP.
+//! server under attack — many REQs from many addresses, none of which will ever answer the
+//! REP.
 //!
 //! Each REQ is what a real active side sends — the CM engine's own REQ (a RoCEv2 UD SEND to
 //! QP1 carrying a CM REQ with an IP-CM header and Linux's timeout fields) for a fresh id: a
@@ -11,7 +11,7 @@
 //! the worst case, a phantom client. The flood only sends; it never reads its sockets —
 //! unless `complete`: then each phantom waits for its REP and answers with the RTU, completing
 //! the handshake, and is silent from then on (a client that connected and went away: what a
-//! server must not wait for, issue 25).
+//! server must not wait for).
 
 use crate::ping::params::Params;
 use crate::ping::{DisconnectBy, PingOp};
@@ -211,7 +211,17 @@ fn complete(
 fn bind(ip: Ipv4Addr, target: SocketAddr) -> std::io::Result<UdpSocket> {
     let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(ip), 0))
         .map_err(|e| std::io::Error::new(e.kind(), format!("binding {ip}: {e}")))?;
-    s.connect(target)?;
+    // Linux refuses a 127/8 source toward another host (EINVAL, `ip_route_output_key_hash`):
+    // say so rather than "Invalid argument".
+    s.connect(target).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "--target {target}: cannot send there from {ip} ({e}): the flood's sources are \
+                 127.0.0.0/8 addresses, which reach only this machine's own addresses"
+            ),
+        )
+    })?;
     Ok(s)
 }
 

@@ -6,7 +6,7 @@
 //! over real UDP between processes, on the simulated RNIC or, with the `hw` feature, a real one
 //! through [`hw_nic`]); [`exec`] is `rnic exec` (unmodified C programs on the simulated RNIC
 //! through `librnic.so`, and [`rspreload`] for its `--rsockets`); [`flood`] is `rnic flood` (a REQ flood against a listener);
-//! [`bench`](mod@bench) is `rnic bench` (issue 13's ratio table: each figure against a baseline
+//! [`bench`](mod@bench) is `rnic bench` (the ratio table: each figure against a baseline
 //! measured in the same run); [`interrupt`] is the commands' SIGINT/SIGTERM/SIGHUP handling.
 //! `rnic explore` and `rnic replay` run the deterministic testbed (`rnic-testbed`).
 

@@ -112,10 +112,13 @@ enum Command {
     Check(rnic_cli::check::CheckOptions),
     /// Floods an rdma_cm listener (`rnic ping --listen ADDR`) with connection requests from
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
-    /// (docs/hostile-input.md). Only sends; prints what it sent.
+    /// (docs/hostile-input.md). Only sends; prints what it sent. Exits 0 when every REQ was
+    /// sent; 1 when some were refused (nothing listens at the target: an ICMP port unreachable
+    /// refuses the next REQ of its socket; or another send error), counted in what it prints;
+    /// 2 for bad options or a target the 127.0.0.0/8 sources cannot reach.
     Flood(flood::FloodOptions),
-    /// Measures issue 13's goals, each against a baseline measured in the same run on the same
-    /// machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
+    /// Measures rnic against its performance goals, each next to a baseline measured in the
+    /// same run on the same machine (TCP, UDP, memcpy), and prints the ratio table: WRITE stream, 1 MiB WRITEs,
     /// SEND round trip, CM connect rate, in-process WRITE, explore. Exits 0 when every
     /// measurement was made (goals met or not), 1 when one failed. docs/performance.md.
     Bench(rnic_cli::bench::BenchArgs),
@@ -361,8 +364,13 @@ fn main() -> ExitCode {
         }
         Command::Flood(opts) => match flood::run(&opts) {
             Ok(r) => {
+                let of = if r.sent < opts.count {
+                    format!(" of {}", opts.count)
+                } else {
+                    String::new()
+                };
                 emit(&format!(
-                    "sent {} REQs from {} address(es) to {} in {:.2} s ({:.0}/s)\n",
+                    "sent {}{of} REQs from {} address(es) to {} in {:.2} s ({:.0}/s)\n",
                     r.sent,
                     r.sources,
                     opts.target,
@@ -384,7 +392,11 @@ fn main() -> ExitCode {
                         r.completed
                     ));
                 }
-                ExitCode::SUCCESS
+                if r.unreachable + r.send_errors > 0 {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
             }
             Err(e) => {
                 eprintln!("rnic flood: {e}");
@@ -399,6 +411,12 @@ fn main() -> ExitCode {
         }
         Command::Bench(args) => match std::env::current_exe() {
             Ok(rnic) => {
+                if cfg!(debug_assertions) {
+                    eprintln!(
+                        "rnic bench: warning: this rnic is a debug build, its figures are \
+                         meaningless: measure with `cargo build --release`'s target/release/rnic"
+                    );
+                }
                 // On SIGINT/SIGTERM bench kills its processes and prints what it measured.
                 if let Err(e) = rnic_cli::interrupt::install() {
                     eprintln!(

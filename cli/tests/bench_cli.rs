@@ -63,6 +63,13 @@ fn bench_prints_a_ratio_table_with_positive_figures() {
     );
     // Progress went to stderr, a line per measure and round.
     assert!(stderr.contains("round 1/1: explore:"), "{stderr}");
+    // A build with debug assertions (this test's profile unless --release) says, once, that
+    // its figures are not to be trusted.
+    assert_eq!(
+        stderr.matches("is a debug build").count(),
+        usize::from(cfg!(debug_assertions)),
+        "{stderr}"
+    );
 
     let table: Vec<Vec<String>> = stdout
         .lines()

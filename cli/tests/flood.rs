@@ -1,4 +1,4 @@
-//! A ping server under a REQ flood (issue 12): `rnic flood` sends connection requests that
+//! A ping server under a REQ flood: `rnic flood` sends connection requests that
 //! look like ping clients' (so the server cannot refuse them on their contents) from many
 //! loopback addresses, none of which ever answers the REP. Invariants: **a real client still
 //! connects, during the flood and after it**, within its normal timeout; **memory stays
@@ -172,4 +172,46 @@ fn a_real_client_behind_twenty_silent_phantoms_is_served_at_once() {
         "the client behind 20 silent phantoms failed after {took:?}:\n{text}"
     );
     assert!(took.as_secs() < 5, "the client took {took:?}");
+}
+
+/// A flood at a port where nothing listens is not a success: the REQs the ICMP port
+/// unreachables refused are counted and the exit status is 1.
+#[test]
+fn a_flood_at_an_unused_port_reports_the_refusals_and_fails() {
+    // A port that was just free: bound, then closed.
+    let port = std::net::UdpSocket::bind("127.29.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = Command::new(RNIC)
+        .args(["flood", "--target", &format!("127.29.0.1:{port}")])
+        .args(["--count", "1000", "--sources", "4"])
+        .args(["--first-source", "127.29.1.1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains(" of 1000 REQs"), "{stdout}");
+    assert!(
+        stdout.contains("refused: nothing listens at 127.29.0.1"),
+        "{stdout}"
+    );
+}
+
+/// A target the 127/8 sources cannot reach (another host) gets one line naming the cause,
+/// exit 2.
+#[test]
+fn a_flood_at_another_host_names_the_cause() {
+    let out = Command::new(RNIC)
+        .args(["flood", "--target", "192.0.2.1:7471", "--count", "1"])
+        .args(["--first-source", "127.29.2.1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("reach only this machine's own addresses"),
+        "{stderr}"
+    );
 }

@@ -99,7 +99,7 @@ mod hw {
                 cmd.env("LD_LIBRARY_PATH", dir)
                     .env("RNIC_ADDR", ip)
                     .env("RNIC_FAST_TIMERS", "1")
-                    .env("RNIC_STATS", "1");
+                    .env("RNIC_STATS", "json");
             }
             cmd
         }
@@ -187,19 +187,18 @@ mod hw {
         }
     }
 
-    /// One librnic counter from its `RNIC_STATS=1` dump on stderr, e.g. `tx_datagrams`.
-    fn librnic_counter(stderr: &str, line: &str, name: &str) -> u64 {
-        let l = stderr
+    /// One librnic counter from its `RNIC_STATS=json` dump on stderr: `group` (e.g.
+    /// `datagrams`), `name` (e.g. `tx_datagrams`).
+    fn librnic_counter(stderr: &str, group: &str, name: &str) -> u64 {
+        let dump: serde_json::Value = stderr
             .lines()
-            .find(|l| l.trim_start().starts_with(line))
-            .unwrap_or_else(|| panic!("no `{line}` line in librnic's stats:\n{stderr}"));
-        let at = l.find(&format!("{name}: ")).unwrap() + name.len() + 2;
-        l[at..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+            .rev()
+            .find(|l| l.starts_with("{\"librnic\""))
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no librnic stats on stderr:\n{stderr}"));
+        dump[group][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {group}.{name} in librnic's stats: {dump}"))
     }
 
     /// Both ends on the backend: connect, `count` verified iterations of `op`, disconnect by

@@ -580,6 +580,103 @@ fn ping_pcap_decodes_in_tshark_with_the_cm_handshake_and_disconnect() {
     }
 }
 
+/// tshark's `frame.time_epoch`, `frame.len` and `frame.cap_len` of every frame of `pcap`.
+fn frame_times_and_lengths(pcap: &std::path::Path) -> Vec<(f64, u64, u64)> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args(["-T", "fields", "-E", "separator=,"])
+        .args([
+            "-e",
+            "frame.time_epoch",
+            "-e",
+            "frame.len",
+            "-e",
+            "frame.cap_len",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tshark failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `--pcap` keeps `--snaplen` bytes of each frame (384 by default; 0: all) and stamps frames
+/// with the wall clock, so that the two sides' captures line up: the server receives the
+/// client's REQ no earlier than the client sent it.
+#[test]
+#[allow(clippy::disallowed_methods)] // compares the captures' times with the wall clock
+fn pcap_frames_are_cut_to_the_snaplen_and_stamped_with_the_wall_clock() {
+    if !tshark_present() {
+        return;
+    }
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let (cp, sp) = (
+        dir.join("snaplen_client.pcap"),
+        dir.join("snaplen_server.pcap"),
+    );
+    let before = now();
+    let s = spawn_server(
+        &[],
+        "127.0.0.1:0",
+        &["--pcap", sp.to_str().unwrap(), "--snaplen", "0"],
+    );
+    let (cc, cout) = run_client(
+        &[],
+        s.addr,
+        &[
+            "--op",
+            "write",
+            "--size",
+            "4096",
+            "--count",
+            "2",
+            "--pcap",
+            cp.to_str().unwrap(),
+        ],
+    );
+    let (sc, sout) = s.finish();
+    let after = now();
+    assert_eq!((cc, sc), (0, 0), "{cout}\n{sout}");
+    let (client, server) = (frame_times_and_lengths(&cp), frame_times_and_lengths(&sp));
+    assert!(!client.is_empty() && !server.is_empty());
+    for (t, _, _) in client.iter().chain(&server) {
+        assert!(
+            before - 1.0 <= *t && *t <= after + 1.0,
+            "{t} not in {before}..{after}"
+        );
+    }
+    // The client's frames are cut to 384 bytes, the server's (--snaplen 0) whole; 1 KiB
+    // packets of the WRITEs are longer.
+    assert!(
+        client.iter().all(|(_, len, cap)| cap == &(*len).min(384)),
+        "{client:?}"
+    );
+    assert!(client.iter().any(|(_, len, _)| *len > 384), "{client:?}");
+    assert!(server.iter().all(|(_, len, cap)| len == cap), "{server:?}");
+    // The REQ: the first frame of each capture, received no earlier than sent.
+    let (req_sent, req_received) = (client[0].0, server[0].0);
+    assert!(
+        req_sent <= req_received + 0.001 && req_received - req_sent < 0.5,
+        "sent {req_sent}, received {req_received}"
+    );
+}
+
 /// Two network namespaces joined by a veth pair; removed on drop.
 struct Netns {
     names: [String; 2],

@@ -235,6 +235,30 @@ fn duration_runs_for_its_time_and_the_fin_tells_the_server_the_count() {
     }
 }
 
+/// A server interrupted while it serves a `--duration` client (whose count is open-ended)
+/// reports the iterations that ran, not the count that stands for "until the time is up".
+#[test]
+fn sigint_to_a_server_of_a_duration_run_reports_the_iterations_that_ran() {
+    let s = spawn(&["ping", "--listen", "127.0.0.1:0", "--once", "--progress"]);
+    let line = Proc::line_where(&s.out, Duration::from_secs(30), |_| true).unwrap();
+    let addr = listening_addr(&line).unwrap_or_else(|| panic!("not a listening line: {line}"));
+    let c = client(addr, &["-D", "600"]);
+    Proc::line_where(&s.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("no progress line from the server");
+    s.signal("INT");
+    let (code, out, err) = s.finish(Duration::from_secs(30));
+    assert_eq!(code, 130, "stdout: {out}\nstderr: {err}");
+    assert!(!out.contains(&u32::MAX.to_string()), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains(" iterations of a --duration run done")),
+        "{out}"
+    );
+    c.finish(Duration::from_secs(30));
+}
+
 #[test]
 fn progress_and_per_iteration_lines_go_to_stderr_only_when_asked() {
     let (s, addr) = server(&["--once"]);
@@ -307,6 +331,31 @@ fn a_client_queued_behind_another_is_told_the_server_is_busy() {
 }
 
 #[test]
+fn a_second_client_on_the_same_ip_is_told_why_nobody_answers() {
+    let s = spawn(&["ping", "--listen", "127.29.3.1:0", "--json"]);
+    let line = Proc::line_where(&s.out, Duration::from_secs(30), |_| true).unwrap();
+    let addr = listening_addr(&line).unwrap();
+    let first = client(addr, &["-I", "127.29.3.2", "-D", "3", "--progress"]);
+    Proc::line_where(&first.err, Duration::from_secs(30), |l| {
+        l.contains(" iterations")
+    })
+    .expect("the first client does not run");
+    // The server takes 127.29.3.2's datagrams from the first client's socket only: the
+    // second's REQs are dropped as a foreign socket's, and the second says so.
+    let (code, out, err) = client(addr, &["-I", "127.29.3.2", "-C", "2", "--timeout", "1"])
+        .finish(Duration::from_secs(60));
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("another UDP socket of this machine is bound to our IP 127.29.3.2"),
+        "{err}"
+    );
+    assert!(!err.contains("running?"), "{err}");
+    assert_eq!(first.finish(Duration::from_secs(30)).0, 0);
+    s.signal("INT");
+    s.finish(Duration::from_secs(30));
+}
+
+#[test]
 fn options_that_do_not_apply_are_refused_with_exit_2() {
     let cases: [&[&str]; 6] = [
         &["ping", "--listen", "127.0.0.1:0", "--count", "3"],
@@ -342,6 +391,20 @@ fn options_that_do_not_apply_are_refused_with_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // A group address is not a server: one line that says so.
+    for (to, what) in [
+        ("224.0.0.1:7471", "is a multicast address"),
+        ("255.255.255.255:7471", "is the broadcast address"),
+        ("[ff02::1]:7471", "is a multicast address"),
+    ] {
+        let out = Command::new(RNIC)
+            .args(["ping", "--connect", to])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains(what), "{to}: {err}");
+    }
 }
 
 #[test]

@@ -65,6 +65,9 @@ fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
         .args(["60", RNIC, "exec", "--addr", "127.0.98.9", "--"])
         .arg(&bin)
         .arg("127.0.98.9")
+        // Also: librnic's log and counters on a stderr that is no terminal.
+        .env("RUST_LOG", "debug")
+        .env("RNIC_STATS", "1")
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("timeout {RNIC}: {e}"));
@@ -82,4 +85,20 @@ fn one_process_connects_to_itself_and_disconnects_as_the_readme_shows() {
             "line {got:?}, expected {want:?}\nstdout:\n{stdout}"
         );
     }
+    // Plain text on a stderr that is a pipe: log lines without ANSI colours, and the
+    // counters as a table (RNIC_STATS=1), not Rust structs.
+    assert!(stderr.contains("DEBUG"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "ANSI escapes in:\n{stderr}");
+    let table = stderr
+        .find("librnic 127.0.98.9:4791 at ")
+        .map(|at| &stderr[at..])
+        .unwrap_or_else(|| panic!("no counters in:\n{stderr}"));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[1], ["group", "counter", "value"], "{table}");
+    // The connection's MADs: the CM group's first line.
+    assert!(rows.iter().any(|r| r.first() == Some(&"cm")), "{table}");
+    assert!(!table.contains(" { "), "{table}");
 }

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use verbs_core::{Gid, SimTime, QPN_MASK};
 
 /// Datagrams a [`SimNic`] refused, by reason. Bad input is counted and dropped, never a panic.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NicCounters {
     /// Datagrams encoded and handed to the wire.
     pub tx_datagrams: u64,

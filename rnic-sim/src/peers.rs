@@ -41,7 +41,7 @@ struct Entry {
 }
 
 /// What the route counters say: each datagram or route decision the table made, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RouteCounters {
     /// Routes learned from a candidate the CM accepted (new or refreshed).
     pub learned: u64,

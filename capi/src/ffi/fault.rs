@@ -4,7 +4,7 @@
 //!
 //! A registered buffer the application unmaps (or `mprotect`s) after `ibv_reg_mr` would
 //! otherwise kill the process with SIGSEGV in the progress thread the first time a peer's
-//! WRITE lands in it (issue 25). On x86-64 every such copy is one `rep movsb` at a known
+//! WRITE lands in it. On x86-64 every such copy is one `rep movsb` at a known
 //! address ([`guarded_copy`]); a SIGSEGV/SIGBUS handler, installed when the first region over
 //! application memory is made ([`install`]), moves a fault at exactly that instruction to a
 //! fix-up that returns the bytes not copied, and passes every other fault on to the handler

@@ -237,9 +237,9 @@ fn fail_null<T>(e: i32) -> *mut T {
     std::ptr::null_mut()
 }
 
-/// Prints the RNIC's counters on stderr (`Runtime::stats`). Not part of any rdma-core API:
-/// call it from a debugger (`call rnic_dump_stats()`) or set `RNIC_STATS=1` to have it run at
-/// exit.
+/// Prints the RNIC's counters on stderr (`Runtime::stats`): a table, or JSON under
+/// `RNIC_STATS=json`. Not part of any rdma-core API: call it from a debugger
+/// (`call rnic_dump_stats()`) or set `RNIC_STATS=1` to have it run at exit.
 #[no_mangle]
 pub extern "C" fn rnic_dump_stats() {
     guard("rnic_dump_stats", (), || {
@@ -247,14 +247,19 @@ pub extern "C" fn rnic_dump_stats() {
             return;
         }
         if let Ok(r) = runtime() {
-            eprint!("{}", r.stats());
+            let stats = r.stats();
+            if r.config().stats.is_some_and(|c| c.json) {
+                eprint!("{}", stats.to_json());
+            } else {
+                eprint!("{}", stats.to_table());
+            }
         }
     })
 }
 
 /// Registers [`rnic_dump_stats`] with `atexit` when `RNIC_STATS` asks for it (once, at
 /// start-up), and starts the periodic printer of `RNIC_STATS=every:MS`.
-pub(crate) fn stats_at_exit(stats: Option<Option<u64>>) {
+pub(crate) fn stats_at_exit(stats: Option<crate::config::StatsConfig>) {
     extern "C" fn dump() {
         if in_child() {
             return; // the parent's counters, and its node lock may be held forever here
@@ -264,8 +269,8 @@ pub(crate) fn stats_at_exit(stats: Option<Option<u64>>) {
             let _ = t.join();
         }
     }
-    let Some(every) = stats else { return };
-    if let Some(ms) = every {
+    let Some(stats) = stats else { return };
+    if let Some(ms) = stats.every_ms {
         let _ = std::thread::Builder::new()
             .name("rnic-stats".into())
             .spawn(move || loop {

@@ -12,10 +12,12 @@ mod groups;
 mod publish;
 pub mod rsocket;
 mod signal;
+mod stats;
 
 pub use groups::FileGroups;
 pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
 pub use signal::{wait_token, Ends, Signal};
+pub use stats::Stats;
 
 use crate::config::{Config, ROCE_PORT};
 use crate::inject::{Action, Faults, ProgramEvent, Verdict};
@@ -37,7 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use verbs_core::{CompChannel, Gid, SimTime};
 
 /// Datagrams the fault layer (`RNIC_DROP_RATE`) dropped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DropStats {
     /// Outgoing datagrams dropped.
     pub tx: u64,
@@ -405,9 +407,11 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Another subscriber (the application's own, if it is Rust) wins.
+    // Colours only for a terminal: a redirected stderr gets plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
         .try_init();
 }
 
@@ -575,22 +579,20 @@ impl Runtime {
         &self.config
     }
 
-    /// The counters of this RNIC as text, one group a line: UDP socket, datagram codec,
-    /// transport (drops by reason, ACKs, NAKs, retries), CM MADs, fault-layer drops.
-    pub fn stats(&self) -> String {
+    /// Every counter of this RNIC: UDP socket, datagram codec, routes, transport (drops by
+    /// reason, ACKs, NAKs, retries), CM MADs, fault-layer drops, rsockets.
+    pub fn stats(&self) -> Stats {
         let udp = self.handle.stats();
-        self.with_quiet(|n, now| {
-            format!(
-                "librnic {} at {:.3} s\n  udp: {udp:?}\n  datagrams: {:?}\n  routes: {:?}\n  transport: {:?}\n  cm: {:?}\n  fault drops: {:?}\n  rsockets: {:?}\n",
-                self.addr,
-                now.as_nanos() as f64 / 1e9,
-                n.nic.datagram_counters(),
-                n.nic.peers().counters(),
-                n.device().counters(),
-                n.cm.counters(),
-                n.drops,
-                n.rsockets.stats(),
-            )
+        self.with_quiet(|n, now| Stats {
+            librnic: self.addr.to_string(),
+            t_s: now.as_nanos() as f64 / 1e9,
+            udp,
+            datagrams: n.nic.datagram_counters(),
+            routes: n.nic.peers().counters(),
+            transport: n.device().counters(),
+            cm: *n.cm.counters(),
+            fault_drops: n.drops,
+            rsockets: n.rsockets.stats(),
         })
     }
 

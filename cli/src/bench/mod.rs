@@ -1,5 +1,5 @@
-//! `rnic bench`: issue 13's goals, each rnic figure next to a baseline measured in the same run
-//! on the same machine, as a ratio table (docs/performance.md, "Issue 13: the ratio table").
+//! `rnic bench`: the performance goals, each rnic figure next to a baseline measured in the same run
+//! on the same machine, as a ratio table (docs/performance.md, "The ratio table").
 //!
 //! | measure ([`measure::Measure`]) | baseline | goal |
 //! |---|---|---|

@@ -157,7 +157,7 @@ pub fn command(opts: &ExecOptions) -> Result<Command, String> {
         Some(l) => l.clone(),
         None => find_library().ok_or_else(|| {
             format!(
-                "{LIB_NAME} not found beside {} (build it with `cargo build --release -p rnic-capi`, \
+                "{LIB_NAME} not found beside {} (build it with `cargo build --release` at the repository's top, \
                  or name it with --lib or RNIC_LIB)",
                 std::env::current_exe()
                     .map(|p| p.display().to_string())

@@ -27,8 +27,9 @@ pub struct PingArgs {
     /// as `listening on ADDR`).
     #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
     pub listen: Option<SocketAddr>,
-    /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`).
-    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_host_port)]
+    /// Connect to the server's UDP socket (HOST:PORT, e.g. `localhost:7471`; one host: not a
+    /// multicast or broadcast address).
+    #[arg(short, long, value_name = "HOST:PORT", value_parser = parse_peer)]
     pub connect: Option<SocketAddr>,
     /// Client: bind this UDP socket (ip or ip:port; rping's -I), not the route's IP (on
     /// loopback an own 127.x.y.z from the process ID) and a port the OS picks. With --seed, a
@@ -109,9 +110,15 @@ pub struct PingArgs {
     /// "at the close".
     #[arg(long, value_name = "N")]
     pub kill_peer_after: Option<u32>,
-    /// Write the datagrams this side sent and received to a pcap file.
+    /// Write the datagrams this side sent and received to a pcap file, as it goes. Its
+    /// timestamps are wall-clock (UTC), so that two sides' captures line up with each other
+    /// and with logs; the report's times count from the process's start.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Bytes of each frame the --pcap file keeps (as tcpdump's -s): the default keeps every
+    /// header and a whole CM MAD; 0 keeps whole frames.
+    #[arg(long, value_name = "BYTES", requires = "pcap", default_value_t = super::capture::DEFAULT_SNAPLEN)]
+    pub snaplen: u32,
     /// Seconds without progress before giving up: waiting for ESTABLISHED, for the peer's
     /// messages, for the next completion of the data phase, for the disconnect.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
@@ -153,6 +160,28 @@ pub fn parse_host_port(s: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{s}: the name has no address"))
+}
+
+/// Parses `--connect`: [`parse_host_port`], one host. An RC connection has one peer: a
+/// multicast or the limited broadcast address is refused (RDMA multicast is UD's, through
+/// `rdma_join_multicast`).
+///
+/// # Errors
+/// What [`parse_host_port`] refuses; a multicast or broadcast address.
+pub fn parse_peer(s: &str) -> Result<SocketAddr, String> {
+    let a = parse_host_port(s)?;
+    let group = match a.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_broadcast() => Some("the broadcast address"),
+        ip if ip.is_multicast() => Some("a multicast address"),
+        _ => None,
+    };
+    match group {
+        Some(what) => Err(format!(
+            "{} is {what}: an RC connection goes to one host (give the server's unicast address)",
+            a.ip()
+        )),
+        None => Ok(a),
+    }
 }
 
 /// Parses `--bind`: `ip:port`, or an IP alone (port 0: any).
@@ -328,6 +357,10 @@ fn run(a: &PingArgs) -> Result<bool, PingError> {
         depth: a.depth.unwrap_or(1),
         timeout,
         pcap: a.pcap.clone(),
+        snaplen: match a.snaplen {
+            0 => rnic_sim::roce::pcap::SNAPLEN,
+            n => n,
+        },
         device,
         progress: a.progress || (terminal && !a.json && !a.no_progress),
         per_iteration: a.per_iteration,

@@ -5,7 +5,7 @@
 //! A serial server that accepts one request at a time can be held by a *phantom*: a REQ
 //! from an address that never answers the REP (a forgery, or a client gone). Until the REP's
 //! retries run out (up to 16 × 4 s with Linux's timers) nobody else is served, and a flood of
-//! such requests locks real clients out (issue 12). The lobby accepts every waiting request
+//! such requests locks real clients out. The lobby accepts every waiting request
 //! at once instead, with a QP and CQ of its own (the MR comes when its session starts), and
 //! hands the server the first one whose handshake completes — the way a TCP listener's
 //! kernel completes handshakes before `accept(2)` returns. A phantom never gets that far; when
@@ -14,7 +14,7 @@
 //! newer request from an address supersedes its handshake still running, and waits
 //! (deferred) behind one that completed or is in session (docs/hostile-input.md).
 //!
-//! A phantom can also *complete* its handshake (send the RTU) and then say nothing (issue 25).
+//! A phantom can also *complete* its handshake (send the RTU) and then say nothing.
 //! A real ping client sends its buffer info the moment it is connected (RNR-NAKed and retried
 //! until its session starts), so the server serves, among the completed handshakes, only a
 //! client it has heard from since; one that stays silent for the server's `--timeout` is

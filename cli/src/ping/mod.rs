@@ -204,6 +204,8 @@ pub struct SideOptions {
     pub timeout: Duration,
     /// Write every datagram this side sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// Bytes of each frame the pcap file keeps (`--snaplen`).
+    pub snaplen: u32,
     /// The hardware RNIC to run on (`--device`; needs a [`nic::PingNic`] that takes one).
     pub device: Option<HwOptions>,
     /// Print a progress line on stderr every second (`--progress`).
@@ -220,6 +222,7 @@ impl Default for SideOptions {
             depth: 1,
             timeout: Duration::from_secs(10),
             pcap: None,
+            snaplen: capture::DEFAULT_SNAPLEN,
             device: None,
             progress: false,
             per_iteration: false,
@@ -262,7 +265,7 @@ fn pcap_sink(side: &SideOptions) -> Result<Option<Box<dyn CaptureSink>>, PingErr
     let Some(path) = side.pcap.as_deref() else {
         return Ok(None);
     };
-    Ok(Some(Box::new(PcapFile::create(path)?)))
+    Ok(Some(Box::new(PcapFile::create(path, side.snaplen)?)))
 }
 
 /// A ping server: a node listening on its UDP socket's address (the rdma_cm port is the UDP

@@ -110,7 +110,7 @@ pub struct IbCmId(pub u32);
 
 /// Counters of received and sent MADs. Every dropped MAD increments exactly one `rx_*` drop
 /// counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct CmCounters {
     /// MADs handed to `handle_datagram`.
     pub rx_mads: u64,

@@ -20,7 +20,8 @@ use super::Packet;
 
 /// Ethernet II header length in bytes.
 pub const ETHERNET_HEADER_BYTES: usize = 14;
-const SNAPLEN: u32 = 262_144;
+/// The snap length of [`PcapWriter`]'s files: no datagram is cut.
+pub const SNAPLEN: u32 = 262_144;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86DD;
 
@@ -140,17 +141,38 @@ pub fn datagram_record(
     flow: &Flow,
     udp_payload: &[u8],
 ) -> Result<Vec<u8>, PcapError> {
+    datagram_record_cut(
+        Duration::from_nanos(time.as_nanos()),
+        flow,
+        udp_payload,
+        SNAPLEN,
+    )
+}
+
+/// As [`datagram_record`], at `ts` since the Unix epoch (a wall-clock time, or a simulated
+/// one), with the frame cut to its first `snaplen` bytes (the record's original length stays
+/// the whole frame's, as tcpdump's `-s` does). The file header keeps its snap length,
+/// [`SNAPLEN`]: some readers (the `pcap-file` crate) refuse a record whose original length
+/// is larger than the header's.
+///
+/// Errors: as [`datagram_record`]; [`PcapError::Pcap`] if `ts` is past 2106.
+pub fn datagram_record_cut(
+    ts: Duration,
+    flow: &Flow,
+    udp_payload: &[u8],
+    snaplen: u32,
+) -> Result<Vec<u8>, PcapError> {
     let frame = ethernet_frame(flow, udp_payload)?;
-    let ts = Duration::from_nanos(time.as_nanos());
     let secs = u32::try_from(ts.as_secs())
         .map_err(|_| pcap_file::PcapError::InvalidField("PcapPacket: timestamp_secs > u32::MAX"))?;
     let len = frame.len() as u32;
-    let mut rec = Vec::with_capacity(16 + frame.len());
+    let cut = len.min(snaplen);
+    let mut rec = Vec::with_capacity(16 + cut as usize);
     rec.extend_from_slice(&secs.to_be_bytes());
     rec.extend_from_slice(&ts.subsec_nanos().to_be_bytes());
+    rec.extend_from_slice(&cut.to_be_bytes());
     rec.extend_from_slice(&len.to_be_bytes());
-    rec.extend_from_slice(&len.to_be_bytes());
-    rec.extend_from_slice(&frame);
+    rec.extend_from_slice(frame.get(..cut as usize).unwrap_or(&frame));
     Ok(rec)
 }
 

@@ -4,7 +4,7 @@
 /// Counters of packets the device dropped or ignored, by reason, and of transport events.
 /// Every malformed or unexpected packet from the network lands in exactly one drop counter;
 /// none of them panics or disturbs an unrelated QP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counters {
     /// Dropped: extension headers do not match the opcode, or a payload where none may be.
     pub malformed: u64,

@@ -182,7 +182,7 @@ impl Rsocket {
 }
 
 /// Counters of the layer (`RNIC_STATS`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RsocketStats {
     /// Connection requests refused: not an rsocket of librnic, listener gone or full, no
     /// resources.

@@ -36,6 +36,11 @@ impl<N: PingNic> Session<'_, N> {
                     ran,
                     format!("the run ended after {ran} iterations (the FIN says so), all done"),
                 ),
+                // A --duration run stopped before its end (a signal): say what ran.
+                None if self.params.duration.is_some() => (
+                    self.params.count,
+                    format!("{} iterations of a --duration run done", self.iterations),
+                ),
                 None => (
                     self.params.count,
                     format!("all {} iterations done", self.params.count),

@@ -137,6 +137,7 @@ pub fn config() -> Config {
         remove_device_ms: None,
         resolve_us: 0,
         stats: None,
+        faults: Vec::new(),
     }
 }
 

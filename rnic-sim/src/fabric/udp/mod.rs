@@ -105,7 +105,7 @@ pub fn os_seed() -> u64 {
 }
 
 /// Counters of a UDP driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct UdpStats {
     /// Datagrams received and handed to the endpoint.
     pub received: u64,
