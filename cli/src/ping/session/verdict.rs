@@ -110,7 +110,15 @@ impl<N: PingNic> Session<'_, N> {
                 mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
             })
         });
-        let wire = self.node.wire_since_report();
+        let mut wire = self.node.wire_since_report();
+        // The datagram counters are the process's (one socket for every QP); the RC ones are
+        // this connection's QP's own totals where the device keeps them.
+        if let Some((retries, timeouts)) =
+            self.l.qp.and_then(|qp| self.node.qp_rc_counters(qp.qp_num))
+        {
+            wire.rc_retransmits = retries;
+            wire.rc_timeouts = timeouts;
+        }
         let passed = checks.iter().all(|c| c.ok);
         PingReport {
             role: self.role.name().into(),
