@@ -4,6 +4,7 @@
 //! one peer"). Each side runs under `timeout(1)`, so a hang fails the test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+#![allow(clippy::disallowed_methods)] // drives real processes: a thread drains the server's reports
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
