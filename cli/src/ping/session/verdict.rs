@@ -113,9 +113,7 @@ impl<N: PingNic> Session<'_, N> {
         let mut wire = self.node.wire_since_report();
         // The datagram counters are the process's (one socket for every QP); the RC ones are
         // this connection's QP's own totals where the device keeps them.
-        if let Some((retries, timeouts)) =
-            self.l.qp.and_then(|qp| self.node.qp_rc_counters(qp.qp_num))
-        {
+        if let Some((retries, timeouts)) = self.qp_rc {
             wire.rc_retransmits = retries;
             wire.rc_timeouts = timeouts;
         }
