@@ -40,7 +40,7 @@ pub mod peers;
 pub mod rng;
 pub mod roce;
 
-pub use device::{Counters, ObjectCounts, SimDevice, SimDeviceConfig, Transmit};
+pub use device::{Counters, ObjectCounts, QpCounters, SimDevice, SimDeviceConfig, Transmit};
 pub use gsi::{
     gsi_packet, gsi_payload, GsiDatagram, GsiRefusal, GSI_QKEY, GSI_QPN, GSI_RECV_DEPTH, MAD_SIZE,
 };

@@ -8,8 +8,9 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::ops::Range;
 use verbs_core::{
-    AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Errno, Error, QpAttr, QpInitAttr, QpState,
-    QpType, RecvWr, SendFlags, SendWr, SimTime, WcFlags, WcStatus, WorkCompletion, WrOpcode,
+    AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Errno, Error, Gid, QpAttr, QpInitAttr,
+    QpState, QpType, RecvWr, SendFlags, SendWr, SimTime, WcFlags, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 /// Largest message, in bytes (`RXE_PORT_MAX_MSG_SZ`, 2^31 [rxe_param.h]).
@@ -89,6 +90,13 @@ pub(crate) struct Requester {
     /// triggers are ignored until progress is made or the timer fires (rxe
     /// `comp.started_retry` [rxe_comp.c]).
     pub started_retry: bool,
+    /// One past the highest PSN a request sent covers (a READ request covers the PSNs of
+    /// its responses): PSNs from `comp_psn` to it are charged to the peer's send budget.
+    pub sent_high: u32,
+    /// Bytes this QP has charged to the send budget of `charged_to` (crate `shared::budget`).
+    pub charged: u64,
+    /// The peer the charge is counted at.
+    pub charged_to: Gid,
 }
 
 /// A message the responder is in the middle of.
@@ -190,6 +198,8 @@ pub(crate) struct SimQp {
     /// QP_FATAL was raised for a completion lost to a CQ overrun since the QP last left RESET
     /// (raised once).
     pub fatal_raised: bool,
+    /// The QP's own transport counters, over its whole life.
+    pub counters: crate::shared::QpCounters,
 }
 
 impl SimQp {
@@ -211,6 +221,7 @@ impl SimQp {
             overrun: false,
             comm_est_raised: false,
             fatal_raised: false,
+            counters: crate::shared::QpCounters::default(),
         }
     }
 
@@ -296,6 +307,7 @@ impl SimQp {
         self.flush_pending_ack(sh);
         crate::log::entered_err(self.qpn, self.state(), self.sq.len(), self.rq.len());
         self.attr.qp_state = QpState::Err;
+        self.release_charge(sh);
         sh.entered_err.insert(self.qpn);
         while let Some(w) = self.sq.pop_front() {
             let wc = sh.error_wc(w.wr.wr_id, WcStatus::WrFlushErr, self.qpn, WcQueue::Send);
@@ -380,6 +392,7 @@ impl SimQp {
         self.req = Requester {
             psn: self.attr.sq_psn,
             comp_psn: self.attr.sq_psn,
+            sent_high: self.attr.sq_psn,
             retry_left: self.attr.retry_cnt,
             rnr_left: self.attr.rnr_retry,
             ..Requester::default()

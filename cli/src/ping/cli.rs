@@ -264,7 +264,7 @@ fn print_group(reports: &[PingReport], json: bool) {
             s.push_str(&r.to_text());
         }
         s.push_str(&format!(
-            "--- {} QPs: {iterations} iterations, {mbit:.1} Mbit/s together; {sent} datagrams sent, {received} received by this process (per QP above: since the previous report) ---\nverdict: {verdict}\n",
+            "--- {} QPs: {iterations} iterations, {mbit:.1} Mbit/s together; {sent} datagrams sent, {received} received by this process (per QP above: datagrams since the previous report, RC retransmits and timeouts the QP's own) ---\nverdict: {verdict}\n",
             reports.len()
         ));
         s

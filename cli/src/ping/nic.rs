@@ -58,6 +58,12 @@ pub trait PingNic: Nic + Send + Sized + 'static {
     /// device does not tell).
     fn rc_timeouts(&self) -> u64;
 
+    /// QP `qpn`'s own go-back-N retries and retransmission-timer expiries over its life
+    /// (simulated RNIC; `None` where the device does not tell, or the QP is gone).
+    fn qp_rc_counters(&self, _qpn: u32) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Datagrams and packets the NIC refused, by reason (`nic.*` for the socket's datagrams,
     /// `rnic.*` for the device's packets).
     fn drop_counters(&self) -> Vec<(&'static str, u64)>;
@@ -124,6 +130,12 @@ impl PingNic for SimNic {
 
     fn datagram_counters(&self) -> NicCounters {
         SimNic::datagram_counters(self)
+    }
+
+    fn qp_rc_counters(&self, qpn: u32) -> Option<(u64, u64)> {
+        self.device()
+            .qp_counters(qpn)
+            .map(|c| (c.retries, c.timeouts))
     }
 
     fn rc_retransmits(&self) -> u64 {

@@ -450,6 +450,12 @@ impl<N: PingNic> Node<N> {
         since
     }
 
+    /// QP `qpn`'s own RC retries and timeouts over its life, where the NIC tells.
+    pub(super) fn qp_rc_counters(&self, qpn: u32) -> Option<(u64, u64)> {
+        self.handle()
+            .with(|ep, _| ep.inner().host().nic().qp_rc_counters(qpn))
+    }
+
     /// The wire counters now (since the node started).
     pub(super) fn wire_now(&self) -> WireRecord {
         wire_counters(self)

@@ -102,7 +102,9 @@ pub struct WireRecord {
     pub other_client_drops: u64,
     /// CM MADs retransmitted (REQ, REP, DREQ … resent after a timeout).
     pub cm_retransmits: u64,
-    /// RC packets retransmitted after a transport timeout or NAK.
+    /// RC go-back-N retries (after a transport timeout or NAK): in a report, those of the
+    /// connection's QP over its life where the device tells (the simulated RNIC), else the
+    /// process's.
     pub rc_retransmits: u64,
     /// Send system calls of the UDP driver (one per datagram, or per GSO batch of several).
     pub send_calls: u64,

@@ -57,6 +57,9 @@ pub struct SimDeviceConfig {
     /// (`fabric::udp::SocketBuffers::rc_window_bytes`), so that one QP's burst never
     /// overruns the peer's buffer (a hardware RNIC has no such limit: the fabric's flow
     /// control does that job). Also settable later: [`SimDevice::set_max_unacked_bytes`].
+    /// A finite value also caps all RC QPs to one peer together: they share a send budget of
+    /// at most this many bytes in flight, halved on a retransmission and grown back by one
+    /// path MTU per window acknowledged (AIMD; docs/performance.md, "Many QPs to one peer").
     pub max_unacked_bytes: u64,
     /// The requester asks for an ACK at least every this many packets
     /// (rxe `RXE_MAX_PKT_PER_ACK` 64).

@@ -24,7 +24,7 @@ mod removal;
 mod srq;
 mod wire;
 
-pub use crate::shared::{Counters, ObjectCounts, Transmit};
+pub use crate::shared::{Counters, ObjectCounts, QpCounters, Transmit};
 pub use config::SimDeviceConfig;
 
 /// The simulated RNIC. Deterministic: no randomness but its configuration's seed, no clock,
@@ -111,6 +111,7 @@ impl SimDevice {
             counters: Counters::default(),
             max_unacked_psns: cfg.max_unacked_psns.clamp(1, 1 << 22),
             max_unacked_bytes: cfg.max_unacked_bytes,
+            budgets: crate::shared::PeerBudgets::new(cfg.max_unacked_bytes),
             max_pkts_per_ack: cfg.max_pkts_per_ack.max(1),
             entered_err: BTreeSet::new(),
             poison: cfg
@@ -168,6 +169,7 @@ impl SimDevice {
     pub fn set_max_unacked_bytes(&mut self, bytes: u64) {
         self.cfg.max_unacked_bytes = bytes;
         self.sh.max_unacked_bytes = bytes;
+        self.sh.budgets.set_ceiling(bytes);
     }
 
     /// The configuration.
@@ -178,6 +180,18 @@ impl SimDevice {
     /// Drop and transport counters.
     pub fn counters(&self) -> Counters {
         self.sh.counters
+    }
+
+    /// The transport counters of QP `qpn` since it was created (`None`: no such QP).
+    pub fn qp_counters(&self, qpn: u32) -> Option<QpCounters> {
+        self.qps.get(&qpn).map(|q| q.counters)
+    }
+
+    /// The send budget towards `peer` that all RC QPs to it share: `(window, in flight)` in
+    /// bytes, or `None` when it is at its ceiling with nothing in flight, or there is no
+    /// budget ([`SimDeviceConfig::max_unacked_bytes`] is `u64::MAX`).
+    pub fn peer_budget(&self, peer: Gid) -> Option<(u64, u64)> {
+        self.sh.budgets.get(peer).map(|b| (b.window, b.in_flight))
     }
 
     /// How many objects the device holds: what every destroy call gives back. A caller that
@@ -596,6 +610,7 @@ impl Device for SimDevice {
             a.sq_psn = attr.sq_psn & PSN_MASK;
             q.req.psn = a.sq_psn;
             q.req.comp_psn = a.sq_psn;
+            q.req.sent_high = a.sq_psn;
         }
         if mask.contains(M::MAX_QP_RD_ATOMIC) {
             a.max_rd_atomic = attr.max_rd_atomic;
@@ -615,6 +630,7 @@ impl Device for SimDevice {
         match next {
             QpState::Reset => {
                 self.dest_index.remove(&(q.attr.ah_attr.grh.dgid, qp.0));
+                q.release_charge(sh);
                 q.reset()
             }
             QpState::Err => {
@@ -651,8 +667,9 @@ impl Device for SimDevice {
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<()> {
         self.alive()?;
-        let q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
+        let mut q = self.qps.remove(&qp.0).ok_or_else(qp_handle_err)?;
         self.dest_index.remove(&(q.attr.ah_attr.grh.dgid, qp.0));
+        q.release_charge(&mut self.sh);
         tracing::debug!(qpn = qp.0, state = %crate::log::qp_state_name(q.state()), "QP destroyed");
         self.srq_count_user(&q.init, false);
         for cq in [q.init.send_cq, q.init.recv_cq] {

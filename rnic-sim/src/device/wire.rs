@@ -58,6 +58,7 @@ impl SimDevice {
         if self.removed {
             return None;
         }
+        self.wake_budget_waiters();
         if self.sh.tx.is_empty() && !self.tx_pending.is_empty() {
             let mut pending = std::mem::take(&mut self.tx_pending);
             pending.sort_unstable();
@@ -96,7 +97,7 @@ impl SimDevice {
     /// touched since its last transmit pass. When false, it returns `None` and changes nothing
     /// (an observer may skip reading the device's completions after it).
     pub fn transmit_pending(&self) -> bool {
-        !self.sh.tx.is_empty() || !self.tx_pending.is_empty()
+        !self.sh.tx.is_empty() || !self.tx_pending.is_empty() || self.sh.budgets.has_woken()
     }
 
     /// The QPNs of the QPs that entered the ERR state (by `modify_qp`, a transport error or a
@@ -118,6 +119,14 @@ impl SimDevice {
     pub(super) fn touched(&mut self, qpn: u32) {
         note_tx(&mut self.tx_pending, self.qps.len(), qpn);
         self.sync_deadline(qpn);
+        self.wake_budget_waiters();
+    }
+
+    /// QPs that waited for room in a peer's send budget, woken by a release: they may send.
+    fn wake_budget_waiters(&mut self) {
+        for qpn in self.sh.budgets.take_woken() {
+            note_tx(&mut self.tx_pending, self.qps.len(), qpn);
+        }
     }
 
     /// Re-files QP `qpn`'s earliest armed timer (none if it is gone) in `deadlines`.

@@ -4,8 +4,14 @@
 use super::*;
 
 impl SimQp {
-    /// Handles a response (ACK, NAK, READ response, atomic ACK) [rxe_comp.c].
+    /// Handles a response (ACK, NAK, READ response, atomic ACK) [rxe_comp.c]; what it
+    /// acknowledged is released from the peer's send budget.
     pub(crate) fn on_response(&mut self, sh: &mut Shared, now: SimTime, pkt: Packet) {
+        self.complete_response(sh, now, pkt);
+        self.sync_charge(sh, true);
+    }
+
+    fn complete_response(&mut self, sh: &mut Shared, now: SimTime, pkt: Packet) {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             sh.counters.qp_not_ready += 1;
             return;

@@ -5,6 +5,7 @@
 //! `rxe_resp.c` state machines and IBTA vol. 1 ch. 9.7; the differences are in
 //! docs/semantics-verbs.md.
 
+mod budget;
 mod completer;
 mod resources;
 
@@ -204,16 +205,29 @@ impl SimQp {
                 break;
             }
             let last = k + 1 >= w.npkts;
+            // The PSNs this packet covers end before `cover_end`: a READ request's, its responses.
+            let mut cover_end = psn_add(psn, 1);
             let mut p;
             let mut gather = None;
             match w.wr.opcode {
                 WrOpcode::RdmaRead => {
                     let off = u64::from(k) * u64::from(mtu);
-                    let chunk = w.npkts.saturating_sub(k).min(read_chunk).max(1);
+                    // Pieces start at multiples of `read_chunk`, so that a request resumed
+                    // after go-back-N asks again for part of one piece the responder
+                    // executed, never for part of a piece it may not have seen.
+                    let chunk = w
+                        .npkts
+                        .saturating_sub(k)
+                        .min(read_chunk - k % read_chunk)
+                        .max(1);
+                    cover_end = psn_add(psn, chunk);
                     // With a byte window, every response the request draws must fit it.
                     if read_chunk != u32::MAX
                         && psn_diff(psn_add(psn, chunk - 1), self.req.comp_psn) >= window
                     {
+                        break;
+                    }
+                    if !self.budget_admits(sh, cover_end) {
                         break;
                     }
                     let len =
@@ -230,6 +244,9 @@ impl SimQp {
                     self.sq[idx].next_pkt = k + chunk;
                 }
                 WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                    if !self.budget_admits(sh, cover_end) {
+                        break;
+                    }
                     let cmp = w.wr.opcode == WrOpcode::AtomicCmpAndSwp;
                     p = self.packet(
                         if cmp {
@@ -254,6 +271,9 @@ impl SimQp {
                     self.sq[idx].next_pkt = 1;
                 }
                 op => {
+                    if !self.budget_admits(sh, cover_end) {
+                        break;
+                    }
                     let len = usize::try_from(w.wr.total_len()).unwrap_or(usize::MAX);
                     let start = (k as usize).saturating_mul(mtu as usize).min(len);
                     let end = start.saturating_add(mtu as usize).min(len);
@@ -295,7 +315,10 @@ impl SimQp {
                         p.bth.se = w.wr.send_flags.contains(SendFlags::SOLICITED);
                     }
                     self.req.noack_pkts += 1;
-                    p.bth.ack_req = last || self.req.noack_pkts >= ack_every;
+                    // A packet after which the peer's budget has no room for another asks
+                    // for an ACK: only ACKs open the budget again.
+                    let tight = !self.budget_room(sh, psn_add(cover_end, 1));
+                    p.bth.ack_req = last || tight || self.req.noack_pkts >= ack_every;
                     if p.bth.ack_req {
                         self.req.noack_pkts = 0;
                     }
@@ -306,6 +329,7 @@ impl SimQp {
                 self.req.next = idx + 1;
             }
             self.send_gathered(sh, p, gather);
+            self.budget_sent(sh, cover_end);
             if self.req.retrans_at.is_none() {
                 self.req.retrans_at =
                     ack_timeout_ns(self.attr.timeout).map(|ns| now.plus_nanos(ns));
@@ -356,6 +380,8 @@ impl SimQp {
         self.req.retry_left -= 1;
         self.req.started_retry = true;
         sh.counters.retries += 1;
+        self.counters.retries += 1;
+        self.budget_loss(sh);
         tracing::debug!(
             qpn = self.qpn,
             from_psn = self.req.comp_psn,
@@ -397,6 +423,7 @@ impl SimQp {
                 let outstanding = psn_diff(self.req.psn, self.req.comp_psn) > 0;
                 if outstanding && self.sq.front().is_some_and(|w| w.started) {
                     sh.counters.timeouts += 1;
+                    self.counters.timeouts += 1;
                     self.retry(sh, true);
                 }
             }
@@ -699,7 +726,7 @@ impl SimQp {
                 rkey: reth.rkey,
                 len: reth.dma_len,
             };
-            self.push_resource(res);
+            self.push_read_resource(res);
             // The MSN counts the READ when it is executed (IBTA C9-148, rxe).
             self.resp.msn = psn_add(self.resp.msn, 1);
             self.resp.psn = psn_add(psn, n);

@@ -6,6 +6,48 @@
 use super::*;
 
 impl SimQp {
+    /// Takes a responder resource for the READ request `res` (one not yet executed): the
+    /// continuation of the newest resource — its next PSN, its next byte, the same rkey,
+    /// after whole packets — is a later piece of the same READ (see `read_chunk` in
+    /// `transmit_rc`) and extends it, so that all the pieces of one READ hold one resource,
+    /// as the one READ request of rxe does (IBTA 9.4.4: `max_dest_rd_atomic` counts READ
+    /// operations, and the requester took one credit for it). Pieces holding a resource each
+    /// would push out the resource of an earlier piece whose responses are still on the way;
+    /// its retransmitted request would then find none and be dropped (class D), until
+    /// `RETRY_EXC_ERR`.
+    pub(super) fn push_read_resource(&mut self, res: RdRes) {
+        let mtu = self.mtu();
+        if let (
+            Some(RdRes::Read {
+                last_psn,
+                va,
+                rkey,
+                len,
+                ..
+            }),
+            RdRes::Read {
+                first_psn: next_psn,
+                last_psn: next_last,
+                va: next_va,
+                rkey: next_rkey,
+                len: next_len,
+            },
+        ) = (self.resp.resources.back_mut(), res)
+        {
+            let continues = psn_add(*last_psn, 1) == next_psn
+                && *rkey == next_rkey
+                && *len > 0
+                && *len % mtu == 0
+                && va.wrapping_add(u64::from(*len)) == next_va;
+            if let Some(total) = len.checked_add(next_len).filter(|_| continues) {
+                *last_psn = next_last;
+                *len = total;
+                return;
+            }
+        }
+        self.push_resource(res);
+    }
+
     pub(super) fn push_resource(&mut self, res: RdRes) {
         let cap = usize::from(self.attr.max_dest_rd_atomic.max(1));
         while self.resp.resources.len() >= cap {
@@ -25,7 +67,9 @@ impl SimQp {
     }
 
     /// Sends the READ responses of `res` from PSN `from` on, reading the region now
-    /// [rxe_resp.c `read_reply`]. A region that went away meanwhile drops the replay.
+    /// [rxe_resp.c `read_reply`]: the first is a FIRST (or ONLY) when it is the resource's
+    /// first PSN, the last a LAST (or ONLY). A region that went away meanwhile drops the
+    /// replay.
     pub(super) fn emit_read(&self, sh: &mut Shared, res: RdRes, from: u32) {
         let RdRes::Read {
             first_psn,
@@ -98,12 +142,34 @@ impl SimQp {
                     return;
                 };
                 let k = psn_diff(psn, first_psn) as u64;
-                let want_va = va.wrapping_add(k * u64::from(self.mtu()));
-                if pkt.reth.is_none_or(|r| r.rkey != rkey || r.va != want_va) {
+                let off = k * u64::from(self.mtu());
+                let want_va = va.wrapping_add(off);
+                let Some(reth) = pkt.reth.filter(|r| r.rkey == rkey && r.va == want_va) else {
                     return;
-                }
+                };
+                // Replay what the request asks for, within the resource [rxe_resp.c
+                // `duplicate_request`: "the same as the previous one or a subset of it"]:
+                // the request may cover only part of a READ of several pieces.
+                let RdRes::Read { len, last_psn, .. } = res else {
+                    return;
+                };
+                let end = off
+                    .saturating_add(u64::from(reth.dma_len))
+                    .min(u64::from(len));
+                let n = npkts(end.saturating_sub(off), self.mtu());
+                let upto = RdRes::Read {
+                    first_psn,
+                    last_psn: if psn_diff(psn_add(psn, n - 1), last_psn) < 0 {
+                        psn_add(psn, n - 1)
+                    } else {
+                        last_psn
+                    },
+                    va,
+                    rkey,
+                    len: u32::try_from(end).unwrap_or(len),
+                };
                 self.flush_pending_ack(sh);
-                self.emit_read(sh, res, psn);
+                self.emit_read(sh, upto, psn);
             }
             Opcode::RcCompareSwap | Opcode::RcFetchAdd => {
                 let orig = self.resp.resources.iter().find_map(|r| match *r {

@@ -70,3 +70,14 @@ pub struct ObjectCounts {
     /// Shared receive queues.
     pub srqs: usize,
 }
+
+/// One QP's transport counters over its whole life, whatever its state changes
+/// ([`SimDevice::qp_counters`](crate::SimDevice::qp_counters)); the device's
+/// [`Counters::retries`] and [`Counters::timeouts`] are their sums over every QP it had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Go-back-N retries started (timeouts and sequence NAKs).
+    pub retries: u64,
+    /// Retransmit-timer expiries that led to a retry.
+    pub timeouts: u64,
+}

@@ -11,11 +11,13 @@ use verbs_core::{
     AsyncElement, AsyncEvent, AsyncEventType, CqHandle, Gid, WcStatus, WorkCompletion,
 };
 
+mod budget;
 mod counters;
 mod poison;
 mod transmit;
 
-pub use counters::{Counters, ObjectCounts};
+pub(crate) use budget::PeerBudgets;
+pub use counters::{Counters, ObjectCounts, QpCounters};
 pub(crate) use poison::{WcPoison, WcQueue};
 pub use transmit::Transmit;
 pub(crate) use transmit::{fill, Outgoing};
@@ -44,6 +46,8 @@ pub(crate) struct Shared {
     pub max_unacked_psns: u32,
     /// Requester window in bytes (see [`SimDeviceConfig::max_unacked_bytes`](crate::SimDeviceConfig::max_unacked_bytes)).
     pub max_unacked_bytes: u64,
+    /// The send budget of all RC QPs to one peer (none without a byte window).
+    pub budgets: PeerBudgets,
     /// Request packets between two that ask for an ACK.
     pub max_pkts_per_ack: u32,
     /// QPNs of the QPs that entered ERR since [`SimDevice::take_entered_err`](crate::SimDevice::take_entered_err) last ran.

@@ -9,6 +9,7 @@ mod memory_gone;
 mod modify_qp;
 mod objects;
 mod payload_read;
+mod peer_budget;
 mod posting;
 mod rc_acks_timers;
 mod rc_data;

@@ -58,6 +58,8 @@ pub struct Session<'a, N: PingNic = SimNic> {
     params: Params,
     recvs: u32,
     kill_after: Option<u32>,
+    /// The QP's own RC retries and timeouts, read just before it is destroyed.
+    qp_rc: Option<(u64, u64)>,
     /// WRITEs kept outstanding (`--depth`, client `--op write`).
     write_depth: u32,
     timeout: Duration,
@@ -136,6 +138,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             rtts_ns: Vec::new(),
             data_ns: None,
             stopped: None,
+            qp_rc: None,
             failures: Vec::new(),
             established: false,
             path_mtu: None,
@@ -763,6 +766,7 @@ impl<'a, N: PingNic> Session<'a, N> {
             (None, false)
         };
         let final_state = self.qp_state("at the end");
+        self.qp_rc = self.l.qp.and_then(|qp| self.node.qp_rc_counters(qp.qp_num));
         self.destroy();
         self.report(status, exited, final_state, we_disconnect)
     }

@@ -115,7 +115,13 @@ impl<N: PingNic> Session<'_, N> {
                 mbit_per_s: moved as f64 * 8.0 / seconds / 1e6,
             })
         });
-        let wire = self.node.wire_since_report();
+        let mut wire = self.node.wire_since_report();
+        // The datagram counters are the process's (one socket for every QP); the RC ones are
+        // this connection's QP's own totals where the device keeps them.
+        if let Some((retries, timeouts)) = self.qp_rc {
+            wire.rc_retransmits = retries;
+            wire.rc_timeouts = timeouts;
+        }
         let passed = checks.iter().all(|c| c.ok);
         PingReport {
             role: self.role.name().into(),
