@@ -233,6 +233,7 @@ pub(super) fn poll_into(
     buf: &mut Vec<WorkCompletion>,
 ) -> Result<usize, i32> {
     let r = rt()?;
+    let max = r.completion_cap(max);
     buf.clear();
     r.with_quiet(|n, _| n.dev().poll_cq(h, max, buf))
         .map_err(|e| errno_of(&e))?;

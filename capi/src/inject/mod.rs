@@ -316,6 +316,22 @@ impl Faults {
         }
     }
 
+    /// How many more completions a poll may return before an armed `after:N:completions`
+    /// shot is due (at least 1), so that it fires after exactly the Nth completion however
+    /// many entries the program asked for; `None` when no such shot waits.
+    pub fn completions_until_shot(&self) -> Option<u64> {
+        self.armed
+            .iter()
+            .filter(|a| !a.done)
+            .filter_map(|a| match a.spec.fault {
+                Fault::Shot(_, When::AfterCompletions(n)) => {
+                    Some(n.saturating_sub(self.completions).max(1))
+                }
+                _ => None,
+            })
+            .min()
+    }
+
     fn fire_shots(&mut self, now: SimTime, due: impl Fn(&When) -> bool) -> Vec<Action> {
         let mut out = Vec::new();
         for a in &mut self.armed {
@@ -410,11 +426,18 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let mut f = Faults::new(specs, 1);
         let t = SimTime::from_nanos(5);
+        assert_eq!(f.completions_until_shot(), Some(3));
         assert!(f.program_event(t, ProgramEvent::Completions(2)).is_empty());
+        assert_eq!(
+            f.completions_until_shot(),
+            Some(1),
+            "a poll may return one more"
+        );
         assert_eq!(
             f.program_event(t, ProgramEvent::Completions(2)),
             [Action::Kill]
         );
+        assert_eq!(f.completions_until_shot(), None, "fired");
         assert!(f.program_event(t, ProgramEvent::Completions(2)).is_empty());
         assert!(f.program_event(t, ProgramEvent::CmEvent(9)).is_empty());
         assert_eq!(

@@ -611,6 +611,17 @@ impl Runtime {
         }
     }
 
+    /// At most how many completions a poll may take now: `max`, or fewer when a
+    /// `kill`/`remove`/`silence` fault is due after a number of completions (it then fires
+    /// after exactly that one, whatever batch the program polls in).
+    pub fn completion_cap(&self, max: usize) -> usize {
+        if !crate::inject::watching() {
+            return max;
+        }
+        let left = self.with(|n, _| n.faults.completions_until_shot());
+        left.map_or(max, |l| max.min(usize::try_from(l).unwrap_or(usize::MAX)))
+    }
+
     /// Records an `rdma_ack_cm_event` and wakes `rdma_destroy_id` waiters.
     pub fn note_ack(&self) {
         let mut n = self.acked.0.lock().unwrap_or_else(PoisonError::into_inner);
