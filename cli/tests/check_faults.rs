@@ -216,19 +216,41 @@ fn ucmatose_client_killed_on_disconnected(
         &net.client_ip(),
         &["ucmatose", "-s", &ip, "-p", &net.port_arg()],
     );
+    let report = std::env::temp_dir().join(format!(
+        "rnic-check-faults-{}-{on_death}.json",
+        std::process::id()
+    ));
     cp.exec_args = [
         "--fast-timers",
         "--on-death",
         on_death,
         "--fault",
         "kill:on:DISCONNECTED",
+        "--check-report",
     ]
     .map(String::from)
-    .to_vec();
+    .into_iter()
+    .chain([report.display().to_string()])
+    .collect();
     let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
     let (cs, ss) = (exit(&mut c), exit(&mut s));
     let log = s.stderr_text();
     assert!(ss.success(), "server {ss}\n{log}\n{}", s.stdout_text());
+    // A kill of our own leaves time for the checker's report: the fault in it, marked incomplete.
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{report:?}: {e}"));
+    let _ = std::fs::remove_file(&report);
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(
+        v["faults"][0]["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("kill:on:DISCONNECTED"))
+            && v["incomplete"]
+                .as_str()
+                .is_some_and(|w| w.contains("signal 9"))
+            && v["counts"]["cm_event.RDMA_CM_EVENT_ESTABLISHED"].as_u64() == Some(1),
+        "{text}"
+    );
     (log, cs, fired(&c))
 }
 

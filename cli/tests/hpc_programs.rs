@@ -189,12 +189,13 @@ fn ucx_perftest_uct_rdma_write_latency_on_rc_verbs() {
     );
 }
 
-/// The `rx_datagrams` counter of each `RNIC_STATS=1` report in `stderr`.
+/// The `datagrams.rx_datagrams` counter of each `RNIC_STATS=json` report in `stderr`.
 fn rx_datagrams(stderr: &str) -> Vec<u64> {
     stderr
-        .split("rx_datagrams: ")
-        .skip(1)
-        .filter_map(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .lines()
+        .filter(|l| l.starts_with("{\"librnic\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["datagrams"]["rx_datagrams"].as_u64())
         .collect()
 }
 
@@ -227,7 +228,7 @@ fn openmpi_over_ucx_pingpong_and_allreduce() {
     let mut cmd = Command::new("timeout");
     cmd.args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe"])
         .args(["--mca", "pml", "ucx", "--mca", "btl", "self"]);
-    for (k, v) in UCX_ENV.iter().chain(&[("RNIC_STATS", "1")]) {
+    for (k, v) in UCX_ENV.iter().chain(&[("RNIC_STATS", "json")]) {
         cmd.env(k, v).args(["-x", k]);
     }
     for addr in [&a, &b] {

@@ -244,6 +244,14 @@ pub fn main(opts: &ExecOptions) -> std::process::ExitCode {
         eprintln!("rnic exec: RNIC_FAULTS: {e}");
         return std::process::ExitCode::from(2);
     }
+    // The report's file is made by the program at its end: a path it cannot write is refused
+    // now, not after the run.
+    if let Some(p) = opts.check_report.as_deref() {
+        if let Err(e) = std::fs::File::create(p).and_then(|_| std::fs::remove_file(p)) {
+            eprintln!("rnic exec: --check-report {}: {e}", p.display());
+            return std::process::ExitCode::from(2);
+        }
+    }
     supervise::run(opts, cmd)
 }
 
