@@ -73,6 +73,7 @@ pub(super) unsafe fn wait_sync<T>(
     // SAFETY: the caller's contract; the Arc keeps the descriptors while this thread waits.
     let (ch, fd) = unsafe { ((*cb).handle, Arc::clone(&(*cb).fd)) };
     loop {
+        r.caller_sleeps();
         wait_token(&fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let got = r.with(|n, now| {
             if let Some(s) = n.cm_signals.get_mut(&ch) {

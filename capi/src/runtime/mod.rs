@@ -16,7 +16,7 @@ mod stats;
 
 pub use groups::FileGroups;
 pub use publish::{parse_supervisor, FdTaker, Publisher, SUPERVISOR_ENV};
-pub use signal::{wait_token, Ends, Signal};
+pub use signal::{is_nonblocking, try_token, wait_token, Ends, Signal};
 pub use stats::Stats;
 
 use crate::config::{Config, ROCE_PORT};
@@ -556,17 +556,37 @@ impl Runtime {
         self.handle.progress()
     }
 
-    /// [`wait_token`] on a channel's descriptor; when it is non-blocking and empty (`EAGAIN`),
-    /// first [`progress`](Self::progress) and look once more (`ibv_get_cq_event`,
-    /// `rdma_get_cm_event` in a polling loop).
+    /// [`wait_token`] on a channel's descriptor (`ibv_get_cq_event`, `rdma_get_cm_event`): when
+    /// it is empty, first [`progress`](Self::progress) and look once more; then, on a blocking
+    /// descriptor, tell the driver that this thread stops polling
+    /// ([`UdpHandle::caller_sleeps`]) and wait.
     ///
     /// # Errors
     /// As [`wait_token`].
     pub fn wait_token_or_progress(&self, ends: &Ends) -> io::Result<()> {
-        match wait_token(ends) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.progress() => wait_token(ends),
-            r => r,
+        let empty =
+            |r: &io::Result<()>| matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+        let r = try_token(ends);
+        if !empty(&r) {
+            return r;
         }
+        if self.progress() {
+            let r = try_token(ends);
+            if !empty(&r) {
+                return r;
+            }
+        }
+        if is_nonblocking(ends) {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+        self.caller_sleeps();
+        wait_token(ends)
+    }
+
+    /// Tells the driver that the calling thread is about to block on a descriptor, so that it
+    /// listens on the socket again at once ([`UdpHandle::caller_sleeps`]).
+    pub fn caller_sleeps(&self) {
+        self.handle.caller_sleeps();
     }
 
     /// The socket address of this RNIC (its GID's IP, port 4791).

@@ -135,8 +135,28 @@ impl Signal {
 /// # Errors
 /// `EAGAIN` on a non-blocking descriptor with no token; `EINTR`; another `recv(2)` error.
 pub fn wait_token(ends: &Ends) -> io::Result<()> {
+    take_token(ends, MsgFlags::empty())
+}
+
+/// Consumes one token if there is one, never blocking (`EAGAIN` when there is none).
+///
+/// # Errors
+/// `EAGAIN` with no token; another `recv(2)` error.
+pub fn try_token(ends: &Ends) -> io::Result<()> {
+    take_token(ends, MsgFlags::MSG_DONTWAIT)
+}
+
+/// Whether the application made the descriptor non-blocking (`O_NONBLOCK`), where a wait for a
+/// token fails with `EAGAIN` rather than blocks. An `fcntl` error counts as blocking.
+pub fn is_nonblocking(ends: &Ends) -> bool {
+    nix::fcntl::fcntl(&ends.app, nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|f| {
+        nix::fcntl::OFlag::from_bits_truncate(f).contains(nix::fcntl::OFlag::O_NONBLOCK)
+    })
+}
+
+fn take_token(ends: &Ends, flags: MsgFlags) -> io::Result<()> {
     let mut byte = [0u8; 1];
-    match recv(ends.app.as_raw_fd(), &mut byte, MsgFlags::empty()) {
+    match recv(ends.app.as_raw_fd(), &mut byte, flags) {
         Ok(1) => Ok(()),
         Ok(_) => Err(io::Error::from_raw_os_error(libc::EIO)),
         Err(e) => Err(io::Error::from(e)),

@@ -15,7 +15,6 @@
 //! thread, as after [`UdpHandle::with`].
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
 
 use bytes::Bytes;
@@ -37,9 +36,7 @@ impl<E: Endpoint> UdpHandle<E> {
         let Some(socket) = &shared.direct else {
             return false;
         };
-        shared
-            .caller_polled
-            .store(shared.now().as_nanos().max(1), Ordering::Relaxed);
+        shared.caller_polls(shared.now().as_nanos().max(1));
         let _rx = match shared.rx.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),

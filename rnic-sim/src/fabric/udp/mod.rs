@@ -39,13 +39,14 @@
 
 mod batch;
 mod caller;
+mod standby;
 
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -178,10 +179,20 @@ struct Shared<E> {
     /// When (ns since the epoch) a caller last looked for datagrams itself
     /// ([`UdpHandle::progress`]): while callers poll, the driver does not busy-poll too.
     caller_polled: AtomicU64,
+    /// When (ns since the epoch) the callers' current run of polls began: polls less than
+    /// [`standby::STREAK_GAP`] apart are one run ([`Shared::callers_spinning`]).
+    caller_streak: AtomicU64,
+    /// The driver's thread, once it stood by ([`UdpDriver::stand_by`]): [`Shared::poke`]
+    /// unparks it.
+    driver_thread: OnceLock<std::thread::Thread>,
     /// The wall-clock epoch: `SimTime::ZERO`.
     epoch: Instant,
     /// Wakes blocking waiters after every change.
     changed: Condvar,
+    /// How many threads sleep on `changed` (counted under the state lock): with none, a change
+    /// costs no `futex` wake-up call — std's `notify_all` makes one whether or not anyone waits,
+    /// and a program that spins on `ibv_poll_cq` makes changes at every call that sends.
+    sleepers: AtomicUsize,
     /// Counts the changes waiters are told of: what a busy-polling waiter watches.
     changes: AtomicU64,
     /// Wakes async waiters after every change.
@@ -218,6 +229,8 @@ impl<E> Shared<E> {
         Ok(Arc::new(Shared {
             rx: Mutex::new(()),
             caller_polled: AtomicU64::new(0),
+            caller_streak: AtomicU64::new(0),
+            driver_thread: OnceLock::new(),
             driver_waiting: AtomicBool::new(false),
             poked: AtomicBool::new(false),
             state: Mutex::new(State {
@@ -233,6 +246,7 @@ impl<E> Shared<E> {
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
             changes: AtomicU64::new(0),
             changed_async: tokio::sync::Notify::new(),
             wake: tokio::sync::Notify::new(),
@@ -298,11 +312,19 @@ impl<E> Shared<E> {
     fn poke(&self) {
         self.poked.store(true, Ordering::Release);
         self.wake.notify_one();
+        if let Some(t) = self.driver_thread.get() {
+            t.unpark();
+        }
     }
 
     fn notify_changed(&self) {
-        self.changes.fetch_add(1, Ordering::Release);
-        self.changed.notify_all();
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        // A sleeper counts itself under the state lock before it checks its condition, and
+        // every change is made under that lock before this call: either the sleeper's check
+        // saw the change, or this load sees the sleeper.
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_all();
+        }
         self.changed_async.notify_waiters();
     }
 }
@@ -448,11 +470,13 @@ impl<E> UdpHandle<E> {
         }
         let guard = self.shared.lock();
         let rest = timeout.saturating_sub(start.elapsed());
+        self.shared.sleepers.fetch_add(1, Ordering::SeqCst);
         let (guard, _) = self
             .shared
             .changed
             .wait_timeout_while(guard, rest, |st| !st.stopped && !cond(&st.endpoint))
             .unwrap_or_else(PoisonError::into_inner);
+        self.shared.sleepers.fetch_sub(1, Ordering::SeqCst);
         cond(&guard.endpoint)
     }
 
@@ -602,6 +626,16 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 st.armed = Some(wake);
                 (wake, !st.backlog.is_empty())
             };
+
+            // While a caller spins on the endpoint and receives for itself, stand by off the
+            // socket (see `standby`).
+            if !blocked && shared.callers_spinning() {
+                spin_until = None;
+                if self.stand_by(deadline) {
+                    shared.notify_changed();
+                }
+                continue;
+            }
 
             // Busy poll: for a moment after traffic, look for the next datagrams without going
             // to sleep (a peer's answer usually comes within a few µs; waking from the
