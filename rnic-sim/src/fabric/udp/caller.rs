@@ -15,6 +15,7 @@
 //! thread, as after [`UdpHandle::with`].
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::TryLockError;
 
 use bytes::Bytes;
@@ -42,7 +43,7 @@ impl<E: Endpoint> UdpHandle<E> {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return false,
         };
-        let wake = {
+        let (wake, got) = {
             let mut st = shared.lock();
             if st.stopped {
                 return false;
@@ -72,15 +73,20 @@ impl<E: Endpoint> UdpHandle<E> {
                 st.stats.caller_recv_calls += 1;
             }
             st.caller_recv = Some(recv);
-            if !got {
+            if got && shared.standing_by.load(Ordering::Acquire) {
+                // The answer waits for this caller's next call (see `standby`).
+                st.deferred = true;
+                (false, got)
+            } else if got || st.deferred {
+                (self.flush(&mut st), got)
+            } else {
                 return false;
             }
-            self.flush(&mut st)
         };
         if wake {
             shared.poke();
         }
         shared.notify_changed();
-        true
+        got
     }
 }

@@ -141,6 +141,9 @@ struct State<E> {
     wake_filter: Option<WakeFilter<E>>,
     /// The receive buffers of [`UdpHandle::progress`] (made on its first use).
     caller_recv: Option<Box<RecvBufs>>,
+    /// What the endpoint queued in answer to datagrams a spinning caller received waits for
+    /// that caller's next call, or the standing-by driver's next look (see `standby`).
+    deferred: bool,
 }
 
 impl<E: Endpoint> State<E> {
@@ -148,6 +151,7 @@ impl<E: Endpoint> State<E> {
     /// `now`, in that order. What the socket cannot take now stays in the backlog, in order.
     /// Failed sends are counted and dropped, as the network would drop them.
     fn send_queued(&mut self, now: SimTime, udp: &UdpSocketState, socket: &impl AsFd) {
+        self.deferred = false;
         while let Some(d) = self.endpoint.poll_transmit(now) {
             self.backlog.push_back(d);
         }
@@ -182,6 +186,9 @@ struct Shared<E> {
     /// When (ns since the epoch) the callers' current run of polls began: polls less than
     /// [`standby::STREAK_GAP`] apart are one run ([`Shared::callers_spinning`]).
     caller_streak: AtomicU64,
+    /// The driver stands by ([`UdpDriver::stand_by`]): it will look at the endpoint within
+    /// `standby::STANDBY_TICK` whatever happens on the socket.
+    standing_by: AtomicBool,
     /// The driver's thread, once it stood by ([`UdpDriver::stand_by`]): [`Shared::poke`]
     /// unparks it.
     driver_thread: OnceLock<std::thread::Thread>,
@@ -230,6 +237,7 @@ impl<E> Shared<E> {
             rx: Mutex::new(()),
             caller_polled: AtomicU64::new(0),
             caller_streak: AtomicU64::new(0),
+            standing_by: AtomicBool::new(false),
             driver_thread: OnceLock::new(),
             driver_waiting: AtomicBool::new(false),
             poked: AtomicBool::new(false),
@@ -243,6 +251,7 @@ impl<E> Shared<E> {
                 gso: Vec::new(),
                 wake_filter: None,
                 caller_recv: None,
+                deferred: false,
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
@@ -611,7 +620,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
         loop {
             // Send the backlog, then what the endpoint wants to send, and read its deadline
             // (no await under the lock; non-blocking sends keep the order queued).
-            let (deadline, blocked) = {
+            let (deadline, blocked, stand_by) = {
                 let mut st = shared.lock_driver();
                 if st.stop_requested {
                     return Ok(());
@@ -624,12 +633,16 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 let tick = now.plus_nanos(IDLE_TICK.as_nanos() as u64);
                 let wake = st.endpoint.poll_timeout().map_or(tick, |d| d.min(tick));
                 st.armed = Some(wake);
-                (wake, !st.backlog.is_empty())
+                let blocked = !st.backlog.is_empty();
+                // Decided under the lock, where `progress` reads it (see `standby`).
+                let stand_by = !blocked && shared.callers_spinning();
+                shared.standing_by.store(stand_by, Ordering::Release);
+                (wake, blocked, stand_by)
             };
 
             // While a caller spins on the endpoint and receives for itself, stand by off the
             // socket (see `standby`).
-            if !blocked && shared.callers_spinning() {
+            if stand_by {
                 spin_until = None;
                 if self.stand_by(deadline) {
                     shared.notify_changed();

@@ -15,6 +15,14 @@
 //! descriptor) is heard again within [`BUSY_POLL`](super::BUSY_POLL) + [`STANDBY_TICK`].
 //! An event-driven program's one or two empty polls after an event are no run: the driver
 //! keeps listening for it.
+//!
+//! While the driver stands by, what the endpoint queues in answer to datagrams a caller
+//! received (the coalesced ACK of a message) is not sent from inside that `progress`: it
+//! waits for the caller's next call into the endpoint, which is usually the reply the
+//! application posts on the message — and `SimDevice::poll_transmit` puts requests before
+//! pure ACKs, so the reply leaves first and the ACK's system call is off the round trip.
+//! The next `progress`, any [`UdpHandle::with`] or the driver's next look (at most
+//! [`STANDBY_TICK`] later) sends it.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
