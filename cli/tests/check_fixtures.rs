@@ -1,9 +1,10 @@
 //! `rnic exec --check` on the fixtures of `capi/tests/c/check/`: each C program breaks one
 //! rule of the checker (docs/check.md) and must give exactly that finding in its JSON report;
-//! `clean.c` breaks none and must give none, nor must `established_unfetched.c` (perftest's
-//! unread ESTABLISHED) unless it leaves its ids to the exit (then a leak only). Also: `--check=fail` turns the exit 0 of a
-//! program with findings into 3 and leaves a clean one's 0; a program that hangs in
-//! `rdma_destroy_id` gets its report when `timeout(1)` sends SIGTERM.
+//! `clean.c` breaks none and must give none, nor must `established_unfetched.c` (a server
+//! that never reads its ESTABLISHED, as perftest's `-R`) unless it leaves its ids to the exit
+//! (then a leak only). Also: `--check=fail` turns the exit 0 of a program with findings into 3
+//! and leaves a clean one's 0; a program that hangs in `rdma_destroy_id` gets its report when
+//! `timeout(1)` sends SIGTERM.
 //!
 //! Addresses 127.0.26.1–127.0.26.19 (one per test). Needs `cc`, rdma-core's headers
 //! (`RNIC_REQUIRE_RDMA_HEADERS=1` fails instead of skipping without them) and librnic.so.
