@@ -1,9 +1,9 @@
 /* Breaks no rule: a server accepts and never reads its ESTABLISHED, as perftest's -R server
  * does with its control connection (rdma_accept already moved the QP to RTS). Server and
  * client in one process, on channels of their own. Then, without an argument, both sides tear
- * down: the server destroys its id with the ESTABLISHED still unread (rdma_destroy_id(3) and
- * the kernel's ucma_free_ctx discard the id's pending events). With `leave`, both exit with
- * their ids and channels alive, as perftest does: a leak, and only that. */
+ * down: the server destroys its id with the ESTABLISHED still unread (rdma_destroy_id
+ * discards the id's pending events: the kernel's ucma_cleanup_ctx_events). With `leave`,
+ * both exit with their ids and channels alive, as perftest does: a leak, and only that. */
 #include <poll.h>
 #include "check.h"
 
