@@ -1,8 +1,10 @@
 //! `rnic exec --check` on the fixtures of `capi/tests/c/check/`: each C program breaks one
 //! rule of the checker (docs/check.md) and must give exactly that finding in its JSON report;
-//! `clean.c` breaks none and must give none. Also: `--check=fail` turns the exit 0 of a
-//! program with findings into 3 and leaves a clean one's 0; a program that hangs in
-//! `rdma_destroy_id` gets its report when `timeout(1)` sends SIGTERM.
+//! `clean.c` breaks none and must give none, nor must `established_unfetched.c` (a server
+//! that never reads its ESTABLISHED, as perftest's `-R`) unless it leaves its ids to the exit
+//! (then a leak only). Also: `--check=fail` turns the exit 0 of a program with findings into 3
+//! and leaves a clean one's 0; a program that hangs in `rdma_destroy_id` gets its report when
+//! `timeout(1)` sends SIGTERM.
 //!
 //! Addresses 127.0.26.1–127.0.26.19 (one per test). Needs `cc`, rdma-core's headers
 //! (`RNIC_REQUIRE_RDMA_HEADERS=1` fails instead of skipping without them) and librnic.so.
@@ -61,10 +63,17 @@ fn fixture(test: &str, name: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
-/// Runs `bin` under `rnic exec --addr ADDR --check… --check-report FILE` (with `extra`
-/// options before `--`), under `timeout(1)` (SIGTERM after `secs`); the output and the
-/// report's rule names.
-fn run(bin: &Path, addr: &str, check: &str, extra: &[&str], secs: u32) -> (Output, Vec<String>) {
+/// Runs `bin ARGS…` under `rnic exec --addr ADDR --check… --check-report FILE` (with
+/// `extra` options before `--`), under `timeout(1)` (SIGTERM after `secs`); the output and
+/// the report's rule names.
+fn run(
+    bin: &Path,
+    args: &[&str],
+    addr: &str,
+    check: &str,
+    extra: &[&str],
+    secs: u32,
+) -> (Output, Vec<String>) {
     let report = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("check_fixtures")
         .join(format!("{addr}.json"));
@@ -85,6 +94,7 @@ fn run(bin: &Path, addr: &str, check: &str, extra: &[&str], secs: u32) -> (Outpu
         .args(extra)
         .arg("--")
         .arg(bin)
+        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("timeout {RNIC}: {e}"));
     let json = std::fs::read_to_string(&report).unwrap_or_else(|e| {
@@ -115,7 +125,7 @@ fn gives(test: &str, name: &str, addr: &str, extra: &[&str], rule: &str) {
     let Some(bin) = fixture(test, name) else {
         return;
     };
-    let (out, rules) = run(&bin, addr, "--check", extra, 30);
+    let (out, rules) = run(&bin, &[], addr, "--check", extra, 30);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(rules, [rule], "{stderr}");
     assert!(stderr.contains(&format!("[{rule}] at ")), "{stderr}");
@@ -128,7 +138,7 @@ fn a_clean_program_has_no_finding_even_with_check_fail() {
     let Some(bin) = fixture(name, "clean") else {
         return;
     };
-    let (out, rules) = run(&bin, "127.0.26.1", "--check=fail", &[], 30);
+    let (out, rules) = run(&bin, &[], "127.0.26.1", "--check=fail", &[], 30);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(rules.is_empty(), "{rules:?}\n{stderr}");
     assert!(stderr.contains("rnic check: no findings in"), "{stderr}");
@@ -141,7 +151,7 @@ fn check_fail_turns_exit_0_with_a_finding_into_3() {
     let Some(bin) = fixture(name, "leak") else {
         return;
     };
-    let (out, rules) = run(&bin, "127.0.26.2", "--check=fail", &[], 30);
+    let (out, rules) = run(&bin, &[], "127.0.26.2", "--check=fail", &[], 30);
     assert_eq!(rules, ["leak"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 }
@@ -195,7 +205,7 @@ fn destroy_id_unacked_event_is_reported_when_the_hung_program_is_terminated() {
     let Some(bin) = fixture(name, "destroy_id_unacked_event") else {
         return;
     };
-    let (out, rules) = run(&bin, "127.0.26.10", "--check", &[], 2);
+    let (out, rules) = run(&bin, &[], "127.0.26.10", "--check", &[], 2);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(rules, ["destroy-id-unacked-event"], "{stderr}");
     assert!(
@@ -209,4 +219,38 @@ fn destroy_id_unacked_event_is_reported_when_the_hung_program_is_terminated() {
 fn event_never_fetched() {
     let t = "event_never_fetched";
     gives(t, t, "127.0.26.11", &[], "event-never-fetched");
+}
+
+/// perftest's `-R` server accepts its control connection and never reads the ESTABLISHED:
+/// legal (rdma_accept already moved the QP to RTS). Torn down, no finding; with its ids left
+/// to the exit, as perftest leaves them, the leak only.
+#[test]
+fn an_unread_established_of_a_passive_id_is_no_finding() {
+    let t = "an_unread_established_of_a_passive_id_is_no_finding";
+    let Some(bin) = fixture(t, "established_unfetched") else {
+        return;
+    };
+    let (out, rules) = run(&bin, &[], "127.0.26.12", "--check=fail", &[], 30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(rules.is_empty(), "{rules:?}\n{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn an_unread_established_of_a_leaked_passive_id_is_a_leak_only() {
+    let t = "an_unread_established_of_a_leaked_passive_id_is_a_leak_only";
+    let Some(bin) = fixture(t, "established_unfetched") else {
+        return;
+    };
+    let (out, rules) = run(&bin, &["leave"], "127.0.26.13", "--check", &[], 30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(rules, ["leak"], "{stderr}");
+    let leak = stderr
+        .lines()
+        .find(|l| l.contains("[leak]"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    // Both ids and both channels: the server's is not excused by its unread ESTABLISHED.
+    assert_eq!(leak.matches(" id 0x").count(), 2, "{leak}");
+    assert_eq!(leak.matches("event channel 0x").count(), 2, "{leak}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
 }

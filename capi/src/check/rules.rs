@@ -19,7 +19,8 @@ pub enum Rule {
     DeviceRemovalIgnored,
     /// An event returned by `rdma_get_cm_event` never acked.
     EventNotAcked,
-    /// At exit, an event of a live id arrived on its channel and was never fetched.
+    /// At exit, an event of a live id arrived on its channel and was never fetched (but a
+    /// TIMEWAIT_EXIT, or the ESTABLISHED of a passive id: neither needs fetching).
     EventNeverFetched,
     /// Objects the program made and never destroyed.
     Leak,

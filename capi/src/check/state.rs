@@ -43,7 +43,8 @@ pub struct Live {
     /// CQs: address and whether each overran.
     pub cqs: Vec<(usize, bool)>,
     /// Events queued on a live id's channel and never fetched: the id (the listener, for a
-    /// CONNECT_REQUEST) and the event's name; TIMEWAIT_EXIT is left out.
+    /// CONNECT_REQUEST) and the event's name. [`State::at_exit`] decides which of them are
+    /// findings.
     pub unfetched: Vec<(usize, &'static str)>,
 }
 
@@ -56,6 +57,8 @@ pub struct State {
     pub events: BTreeMap<usize, Fetched>,
     /// Ids that got DEVICE_REMOVAL: when.
     pub removed: BTreeMap<usize, u64>,
+    /// Passive ids: the new ids of the CONNECT_REQUESTs fetched, until destroyed.
+    pub passive: BTreeSet<usize>,
     /// PDs from `ibv_alloc_pd`.
     pub pds: BTreeSet<usize>,
     /// MRs from `ibv_reg_mr*`.
@@ -76,8 +79,14 @@ impl State {
     /// `rdma_get_cm_event` returned `event` (see [`Fetched`]).
     pub fn fetched(&mut self, event: usize, id: usize, f: Fetched) {
         *self.cm_events.entry(f.kind).or_default() += 1;
-        if f.kind == "RDMA_CM_EVENT_DEVICE_REMOVAL" {
-            self.removed.insert(id, f.at_ms);
+        match f.kind {
+            "RDMA_CM_EVENT_DEVICE_REMOVAL" => {
+                self.removed.insert(id, f.at_ms);
+            }
+            "RDMA_CM_EVENT_CONNECT_REQUEST" => {
+                self.passive.insert(id);
+            }
+            _ => {}
         }
         self.events.insert(event, f);
     }
@@ -123,6 +132,22 @@ impl State {
     /// `rdma_destroy_id(id)` succeeded.
     pub fn id_destroyed(&mut self, id: usize) {
         self.removed.remove(&id);
+        self.passive.remove(&id);
+    }
+
+    /// Whether leaving event `kind` of `id` unfetched breaks `event-never-fetched`: not for
+    /// TIMEWAIT_EXIT (programs commonly destroy the id without waiting for it), nor for
+    /// ESTABLISHED on a passive id — librdmacm's `rdma_accept` already moved the QP to RTS
+    /// (cma.c `rdma_accept`: `ucma_modify_qp_rtr`, `ucma_modify_qp_rts`) and fetching the event
+    /// only copies its parameters, so a server may send and receive without reading it (on
+    /// the active side the same event is the CONNECT_RESPONSE, whose fetch moves the QP to
+    /// RTS and sends the RTU: unread, the connection never completes).
+    fn must_fetch(&self, id: usize, kind: &str) -> bool {
+        match kind {
+            "RDMA_CM_EVENT_TIMEWAIT_EXIT" => false,
+            "RDMA_CM_EVENT_ESTABLISHED" => !self.passive.contains(&id),
+            _ => true,
+        }
     }
 
     /// `rdma_destroy_event_channel(channel)` is called while `ids` ids report to it.
@@ -203,7 +228,13 @@ impl State {
                 ),
             );
         }
-        for (id, kind) in &live.unfetched {
+        let unfetched: Vec<(usize, &'static str)> = live
+            .unfetched
+            .iter()
+            .copied()
+            .filter(|(id, kind)| self.must_fetch(*id, kind))
+            .collect();
+        for (id, kind) in &unfetched {
             self.find(
                 Rule::EventNeverFetched,
                 at_ms,
@@ -222,7 +253,7 @@ impl State {
             .iter()
             .map(|(_, f)| f.counted_against)
             .chain(removed.iter().map(|(id, _)| *id))
-            .chain(live.unfetched.iter().map(|(id, _)| *id))
+            .chain(unfetched.iter().map(|(id, _)| *id))
             .collect();
         let mut excused_channels = BTreeSet::new();
         let mut excused_qps = BTreeSet::new();
@@ -353,6 +384,51 @@ mod tests {
         s.at_exit(&live, 5);
         assert_eq!(rules(&s), ["event-never-fetched"]);
         assert!(s.findings[0].message.contains("DISCONNECTED"));
+    }
+
+    /// perftest's `-R` server: it accepts its control connection and never reads the
+    /// ESTABLISHED, nor destroys the id: a leak, not an event left unfetched.
+    #[test]
+    fn an_unfetched_established_of_a_passive_id_is_no_finding_but_the_leak_is() {
+        let mut s = State::default();
+        s.channels.insert(0x50);
+        s.fetched(0x10, 0x2, fetched("RDMA_CM_EVENT_CONNECT_REQUEST", 0x1));
+        s.acked(0x10);
+        let live = Live {
+            ids: vec![LiveId {
+                id: 0x2,
+                channel: 0x50,
+                qp: None,
+            }],
+            unfetched: vec![
+                (0x2, "RDMA_CM_EVENT_ESTABLISHED"),
+                (0x2, "RDMA_CM_EVENT_TIMEWAIT_EXIT"),
+            ],
+            ..Live::default()
+        };
+        s.at_exit(&live, 5);
+        assert_eq!(rules(&s), ["leak"]);
+        assert!(s.findings[0].message.contains("id 0x2"), "{:?}", s.findings);
+    }
+
+    #[test]
+    fn an_unfetched_established_of_an_active_id_is_a_finding() {
+        // The same address reused by an active id after the passive one was destroyed.
+        let mut s = State::default();
+        s.fetched(0x10, 0x2, fetched("RDMA_CM_EVENT_CONNECT_REQUEST", 0x1));
+        s.acked(0x10);
+        s.id_destroyed(0x2);
+        let live = Live {
+            ids: vec![LiveId {
+                id: 0x2,
+                channel: 0x50,
+                qp: None,
+            }],
+            unfetched: vec![(0x2, "RDMA_CM_EVENT_ESTABLISHED")],
+            ..Live::default()
+        };
+        s.at_exit(&live, 5);
+        assert_eq!(rules(&s), ["event-never-fetched"]);
     }
 
     #[test]

@@ -141,8 +141,8 @@ fn live() -> Live {
     }
 }
 
-/// The events (but TIMEWAIT_EXIT) queued on the user channels of `ids` for one of them (by
-/// its `handles`): the id, or the listener of a CONNECT_REQUEST, and the event's name.
+/// The events queued on the user channels of `ids` for one of them (by its `handles`): the
+/// id, or the listener of a CONNECT_REQUEST, and the event's name.
 fn unfetched(ids: &[LiveId], handles: &[(CmIdHandle, usize)]) -> Vec<(usize, &'static str)> {
     let tracked = check::with_state(|s| s.channels.clone()).unwrap_or_default();
     let channels: BTreeSet<usize> = ids
@@ -164,7 +164,7 @@ fn unfetched(ids: &[LiveId], handles: &[(CmIdHandle, usize)]) -> Vec<(usize, &'s
                     (CmEventType::ConnectRequest, Some(l)) => ptr_of(l),
                     _ => ptr_of(e.id),
                 };
-                if let (Some(id), false) = (id, e.event == CmEventType::TimewaitExit) {
+                if let Some(id) = id {
                     out.push((id, check::counts::cm_event_name(e.event as u32)));
                 }
             }
