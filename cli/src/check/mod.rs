@@ -408,9 +408,15 @@ fn run_all(setup: &Setup, rnic: &Path, first: u64, runs: u64) -> Vec<summary::Ou
                     Duration::from_secs_f64(setup.opts.timeout),
                 );
                 // A run the interrupt stopped says nothing about the programs: not counted.
+                // (From a terminal, Ctrl-C reaches the programs too: one may have died of it.)
+                let by_interrupt = |r: &run::SideResult| {
+                    r.interrupted
+                        || r.signal
+                            .is_some_and(|sig| crate::interrupt::signal() == Some(sig))
+                };
                 let stopped = r
                     .as_ref()
-                    .is_ok_and(|(s, c)| s.interrupted || c.interrupted);
+                    .is_ok_and(|(s, c)| by_interrupt(s) || by_interrupt(c));
                 let o = summary::Outcome::of(&plan, r, &setup.opts.expect_exit);
                 if o.reasons.is_empty() || stopped {
                     for f in [
