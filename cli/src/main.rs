@@ -107,8 +107,9 @@ enum Command {
     /// each under `rnic exec` on its own address, many times, each run with faults drawn from
     /// its seed; `{server}` and `{client}` in the arguments are the two addresses. A run fails
     /// on a finding of the checker, a hang, a crash or an unexpected exit status. Prints the
-    /// failing seeds with the commands that rerun them; exits 1 if a run failed.
-    /// docs/check.md.
+    /// failing seeds with the commands that rerun them; exits 1 if a run failed. On SIGINT
+    /// (Ctrl-C) or SIGTERM it stops the runs in progress, kills their programs and prints the
+    /// summary of the finished runs; exits 130 (SIGINT) or 143 (SIGTERM). docs/check.md.
     Check(rnic_cli::check::CheckOptions),
     /// Floods an rdma_cm listener (`rnic ping --listen ADDR`) with connection requests from
     /// many loopback addresses, none of which answers: for testing a server under a REQ flood
@@ -439,6 +440,22 @@ fn main() -> ExitCode {
             }
         },
         Command::Exec(opts) => exec::main(&opts),
-        Command::Check(opts) => ExitCode::from(rnic_cli::check::main(&opts)),
+        Command::Check(opts) => {
+            // The first SIGINT/SIGTERM stops the runs in progress (their programs killed) and
+            // prints what the finished runs found; a second one exits at once.
+            match interrupt::install() {
+                Ok(()) => interrupt::on_interrupt(|| {
+                    eprintln!(
+                        "rnic check: interrupted: stopping the runs in progress, then the \
+                         partial summary (again to exit at once)"
+                    );
+                }),
+                Err(e) => eprintln!(
+                    "rnic check: cannot catch SIGINT/SIGTERM ({e}): Ctrl-C may leave programs \
+                     running"
+                ),
+            }
+            ExitCode::from(rnic_cli::check::main(&opts))
+        }
     }
 }

@@ -12,9 +12,16 @@
 //!   DREQ ran out of retries);
 //! * `rnic check` over rping: the summary's counts and its exit status agree, and a run whose
 //!   client loses every REQ fails with the commands that rerun it;
-//! * a probabilistic fault drawn from the seed fires at the same packet in two runs.
+//! * a probabilistic fault drawn from the seed fires at the same packet in two runs;
+//! * `rnic check` interrupted by SIGINT: exit 130, the partial summary says so, and no program
+//!   of the stopped run is left running;
+//! * what makes every run fail is refused before the first (exit 2): a program not found, one
+//!   address for both sides, an address whose port 4791 is taken; and `rnic exec` refuses
+//!   `--check fail` (a program named `fail`) and a bad `RNIC_MTU`, and takes `;`-separated
+//!   `--fault` lists as `RNIC_FAULTS` does.
 //!
-//! Addresses 127.0.N.1 / 127.0.N.2, N in 226 … 229; `rnic check` on 127.0.232.x.
+//! Addresses 127.0.N.1 / 127.0.N.2, N in 226 … 229; `rnic check` on 127.0.232.x and
+//! 127.0.233.x; 127.0.234.x for what is refused before a run.
 //!
 //!     cargo test -p rnic-cli --test check_faults -- --nocapture
 
@@ -28,8 +35,9 @@ use common_programs::{
     program_timeout, tools_available, Net, Program, Running, Slot, LISTEN_LOG, LISTEN_MARKER, POLL,
     RNIC,
 };
+use std::io::BufRead;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 fn wait_for(what: &str, r: &mut Running, cond: impl Fn(&Running) -> bool) {
@@ -427,4 +435,226 @@ fn a_seeded_fault_fires_at_the_same_point_twice() {
         "{seen:?}"
     );
     assert_eq!(seen[0], seen[1], "the same seed fired elsewhere");
+}
+
+/// The processes whose command line matches `pattern` (`pgrep -af`).
+fn pgrep(pattern: &str) -> String {
+    let out = Command::new("pgrep")
+        .args(["-af", pattern])
+        .output()
+        .unwrap_or_else(|e| panic!("pgrep: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn rnic_check_interrupted_kills_its_programs_and_says_so() {
+    let name = "rnic_check_interrupted_kills_its_programs_and_says_so";
+    if !tools_available(name, &["rping", "pgrep"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    // A client that pings for ever: every run would last until --timeout.
+    let mut check = Command::new(RNIC)
+        .args([
+            "check",
+            "--server-addr",
+            "127.0.233.1",
+            "--client-addr",
+            "127.0.233.2",
+            "--runs",
+            "50",
+            "--faults",
+            "none",
+            "--timeout",
+            "600",
+            "--",
+            "rping",
+            "-s",
+            "-a",
+            "{server}",
+            "-p",
+            "19233",
+            "--",
+            "rping",
+            "-c",
+            "-a",
+            "{server}",
+            "-p",
+            "19233",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+    let stderr = check.stderr.take().map(std::io::BufReader::new);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr
+            .into_iter()
+            .flat_map(|s| s.lines())
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut err = Vec::new();
+    let line = |err: &mut Vec<String>| {
+        let l = rx
+            .recv_timeout(program_timeout())
+            .unwrap_or_else(|e| panic!("rnic check's stderr: {e}; so far {err:?}"));
+        err.push(l.clone());
+        l
+    };
+    // Without --seed, the first seed comes from the OS, and is said.
+    let first = line(&mut err);
+    assert!(
+        first.starts_with("rnic check: seeds ") && first.contains("(from the OS; --seed "),
+        "{first}"
+    );
+    // The first run has started when both programs run.
+    let (server, client) = ("rping -s -a 127.0.233.1", "rping -c -a 127.0.233.1");
+    let deadline = Instant::now() + program_timeout();
+    while !(pgrep(server).contains(server) && pgrep(client).contains(client)) {
+        assert!(
+            check.try_wait().ok().flatten().is_none(),
+            "rnic check ended: {err:?}"
+        );
+        assert!(Instant::now() < deadline, "no rping pair: {err:?}");
+        std::thread::sleep(POLL);
+    }
+    let pid = nix::unistd::Pid::from_raw(check.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT)
+        .unwrap_or_else(|e| panic!("SIGINT: {e}"));
+    let said = line(&mut err);
+    assert!(said.starts_with("rnic check: interrupted: "), "{said}");
+    let out = check
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{text}{err:?}");
+    assert!(
+        text.starts_with(
+            "rnic check: 0 runs: 0 passed, 0 failed\ninterrupted (SIGINT): 50 of 50 runs not done"
+        ),
+        "{text}"
+    );
+    // Nothing of the stopped run is left: neither program nor its rnic exec.
+    for left in [
+        pgrep("rping -[sc] -a 127.0.233."),
+        pgrep("exec --addr 127.0.233."),
+    ] {
+        assert_eq!(left, "", "left running after rnic check");
+    }
+}
+
+fn rnic_check_refused(args: &[&str], server: &str) -> String {
+    let out = Command::new(RNIC)
+        .arg("check")
+        .args(args)
+        .args(["--", server, "--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn rnic_check_refuses_what_would_fail_every_run() {
+    let addrs = |s: &'static str, c: &'static str| ["--server-addr", s, "--client-addr", c];
+    let err = rnic_check_refused(&addrs("127.0.234.1", "127.0.234.1"), "true");
+    assert!(
+        err.contains("--server-addr and --client-addr are both 127.0.234.1"),
+        "{err}"
+    );
+    // Job 1 puts the server on 127.0.234.3, job 0's client address.
+    let mut jobs = addrs("127.0.234.1", "127.0.234.3").to_vec();
+    jobs.extend(["--jobs", "2"]);
+    let err = rnic_check_refused(&jobs, "true");
+    assert!(
+        err.contains("127.0.234.3 would be a server's and a client's"),
+        "{err}"
+    );
+    for prog in ["rnic-no-such-program", "./no/such/program"] {
+        let err = rnic_check_refused(&addrs("127.0.234.1", "127.0.234.2"), prog);
+        assert!(
+            err.contains(&format!("the server program {prog:?} is not found")),
+            "{err}"
+        );
+    }
+    // Job 1's server address (127.0.234.5 + 2) is taken.
+    let taken = std::net::UdpSocket::bind("127.0.234.7:4791")
+        .unwrap_or_else(|e| panic!("127.0.234.7:4791: {e}"));
+    let mut jobs = addrs("127.0.234.5", "127.0.234.6").to_vec();
+    jobs.extend(["--jobs", "2"]);
+    let err = rnic_check_refused(&jobs, "true");
+    assert!(
+        err.starts_with("rnic check: 127.0.234.7:4791 is in use (")
+            && err.contains("is another rnic running on it?"),
+        "{err}"
+    );
+    drop(taken);
+}
+
+#[test]
+fn rnic_exec_refuses_a_check_mode_without_equals_and_a_bad_variable() {
+    let dir = std::env::temp_dir().join(format!("rnic-exec-refused-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let marker = dir.join("ran");
+    let touch = ["touch", marker.to_str().unwrap_or("/nonexistent")];
+    let exec = |args: &[&str], env: Option<(&str, &str)>| {
+        let mut cmd = Command::new(RNIC);
+        cmd.args(["exec", "--addr", "127.0.234.9"]).args(args);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut check_fail = vec!["--check", "fail", "--"];
+    check_fail.extend(touch);
+    let mut plain = vec!["--"];
+    plain.extend(touch);
+    for (args, env, want) in [
+        (
+            &check_fail,
+            None,
+            "rnic exec: `--check fail` would run a program named fail: write --check=fail",
+        ),
+        (
+            &plain,
+            Some(("RNIC_MTU", "1500")),
+            "rnic exec: RNIC_MTU=\"1500\": expected 256, 512, 1024, 2048 or 4096",
+        ),
+    ] {
+        let (code, _, err) = exec(args, env);
+        assert_eq!((code, err.trim_end()), (Some(2), want), "{args:?} {env:?}");
+        assert!(!marker.exists(), "the program ran despite {args:?} {env:?}");
+    }
+    // `;` separates faults in --fault as in RNIC_FAULTS.
+    let (code, out, err) = exec(
+        &[
+            "--fault",
+            "drop:REQ:1; drop:REP:1",
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$RNIC_FAULTS\"",
+        ],
+        None,
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "drop:REQ:1;drop:REP:1"),
+        "{err}"
+    );
+    let (code, _, err) = exec(&["--fault", "drop:REQ:1;drop:NOPE:1", "--", "true"], None);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("fault \"drop:NOPE:1\""), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

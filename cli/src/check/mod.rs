@@ -12,7 +12,7 @@ pub mod summary;
 use draw::Side;
 use run::{Expect, SideSpec};
 use std::ffi::OsString;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,9 +27,10 @@ pub struct CheckOptions {
     /// Runs at a time; job J puts its programs on the addresses plus 2·J.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub jobs: u64,
-    /// The first run's seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// The first run's seed (default: drawn from the OS, and printed, so that two campaigns
+    /// run different seeds).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Run this one seed only (overrides --runs and --seed), and print its commands and logs.
     #[arg(long, value_name = "SEED")]
     pub rerun: Option<u64>,
@@ -37,11 +38,11 @@ pub struct CheckOptions {
     /// cm-delay, rc, partition, kill, remove, silence.
     #[arg(long, value_name = "CLASSES", value_parser = draw::parse_classes)]
     pub faults: Option<draw::Classes>,
-    /// A fault on the server in every run (repeatable; `rnic exec --fault`). With explicit
-    /// faults and no --faults, nothing is drawn.
+    /// A fault on the server in every run (repeatable, or `;`-separated; `rnic exec --fault`).
+    /// With explicit faults and no --faults, nothing is drawn.
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
     pub server_fault: Vec<String>,
-    /// A fault on the client in every run (repeatable).
+    /// A fault on the client in every run (repeatable, or `;`-separated).
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
     pub client_fault: Vec<String>,
     /// Faults at a time (partitions, RC windows, `kill:`/`remove:`/`silence:` at T) are drawn
@@ -85,7 +86,7 @@ pub struct CheckOptions {
 }
 
 fn parse_spec(s: &str) -> Result<String, String> {
-    rnic::inject::spec::parse(s).map(|f| f.text)
+    crate::exec::parse_faults(s)
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -177,12 +178,15 @@ impl Setup {
             offset(o.server_addr, 2 * job),
             offset(o.client_addr, 2 * job),
         );
-        let mut faults: Vec<(Side, String)> = o
-            .server_fault
-            .iter()
-            .map(|f| (Side::Server, f.clone()))
-            .chain(o.client_fault.iter().map(|f| (Side::Client, f.clone())))
-            .collect();
+        // One fault a `--fault`: a `;`-separated list is split.
+        let each = |side: Side, list: &[String]| -> Vec<(Side, String)> {
+            list.iter()
+                .flat_map(|l| l.split(';'))
+                .map(|f| (side, f.to_string()))
+                .collect()
+        };
+        let mut faults = each(Side::Server, &o.server_fault);
+        faults.extend(each(Side::Client, &o.client_fault));
         faults.extend(draw::draw(seed, &self.classes, o.window));
         let side = |side: Side, addr: Ipv4Addr, argv: &[String]| {
             let name = match side {
@@ -236,7 +240,8 @@ impl Setup {
     }
 }
 
-/// `rnic check`: returns the exit status (0 every run passed, 1 one failed, 2 usage).
+/// `rnic check`: returns the exit status (0 every run passed, 1 one failed, 2 usage, 130 or
+/// 143 interrupted by SIGINT or SIGTERM).
 pub fn main(opts: &CheckOptions) -> u8 {
     let (server, client) = match split_programs(&opts.programs) {
         Ok(p) => p,
@@ -245,6 +250,20 @@ pub fn main(opts: &CheckOptions) -> u8 {
             return 2;
         }
     };
+    let (first, runs) = match (opts.rerun, opts.seed) {
+        (Some(s), _) => (s, 1),
+        (None, Some(s)) => (s, opts.runs),
+        // Short enough to read and type; two campaigns rarely meet.
+        (None, None) => (rnic_sim::fabric::udp::os_seed() % 1_000_000_000, opts.runs),
+    };
+    let Some(last) = first.checked_add(runs - 1) else {
+        eprintln!("rnic check: --seed {first} --runs {runs} runs past the last seed (2^64 − 1)");
+        return 2;
+    };
+    if let Err(e) = preflight(opts, &server, &client, runs) {
+        eprintln!("rnic check: {e}");
+        return 2;
+    }
     let rnic = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -273,12 +292,14 @@ pub fn main(opts: &CheckOptions) -> u8 {
         classes,
         dir,
     };
-    let (first, runs) = match opts.rerun {
-        Some(s) => (s, 1),
-        None => (opts.seed, opts.runs),
-    };
+    if opts.rerun.is_none() && opts.seed.is_none() {
+        eprintln!("rnic check: seeds {first}…{last} (from the OS; --seed {first} runs them again)");
+    }
     let results = run_all(&setup, &rnic, first, runs);
-    let sum = summary::Summary::new(&setup_info(&setup, &rnic), results);
+    let mut sum = summary::Summary::new(&setup_info(&setup, &rnic), results);
+    if crate::interrupt::requested() {
+        sum = sum.interrupted(crate::interrupt::signal_name(), runs);
+    }
     if opts.dir.is_none() {
         // Only the failing runs' logs are left; no directory when there are none.
         let _ = std::fs::remove_dir(&setup.dir);
@@ -288,11 +309,64 @@ pub fn main(opts: &CheckOptions) -> u8 {
     } else {
         print!("{}", sum.text(opts.rerun.is_some()));
     }
-    if sum.failed() > 0 {
+    if crate::interrupt::requested() {
+        crate::interrupt::exit_status()
+    } else if sum.failed() > 0 {
         1
     } else {
         0
     }
+}
+
+/// What would make every run fail, found before the first: a program not found, the two
+/// sides on one address (in any job), an address whose RoCEv2 port cannot be bound.
+fn preflight(
+    opts: &CheckOptions,
+    server: &[String],
+    client: &[String],
+    runs: u64,
+) -> Result<(), String> {
+    for (side, argv) in [("server", server), ("client", client)] {
+        let prog = argv.first().map_or("", String::as_str);
+        if crate::exec::find_program(prog.as_ref()).is_none() {
+            return Err(format!(
+                "the {side} program {prog:?} is not found (not in PATH, not a file)"
+            ));
+        }
+    }
+    let (s, c) = (opts.server_addr, opts.client_addr);
+    if s == c {
+        return Err(format!(
+            "--server-addr and --client-addr are both {s}: each program needs an address of its \
+             own (e.g. --client-addr {})",
+            offset(s, 1)
+        ));
+    }
+    let jobs = opts.jobs.min(runs);
+    let addrs: Vec<Ipv4Addr> = (0..jobs)
+        .flat_map(|j| [offset(s, 2 * j), offset(c, 2 * j)])
+        .collect();
+    for (i, a) in addrs.iter().enumerate() {
+        if addrs[..i].contains(a) {
+            return Err(format!(
+                "with --jobs {jobs}, {a} would be a server's and a client's address (job J adds \
+                 2·J to both): give addresses an odd distance apart (e.g. --client-addr {})",
+                offset(s, 1)
+            ));
+        }
+    }
+    for a in addrs {
+        let at = SocketAddr::from((a, rnic::config::ROCE_PORT));
+        if let Err(e) = UdpSocket::bind(at) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("{at} is in use ({e}): is another rnic running on it?")
+                }
+                _ => format!("cannot bind {at} ({e})"),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn setup_info(s: &Setup, rnic: &Path) -> summary::Info {
@@ -317,23 +391,34 @@ fn run_all(setup: &Setup, rnic: &Path, first: u64, runs: u64) -> Vec<summary::Ou
         for job in 0..jobs {
             let (next, out, bar, failed) = (&next, &out, &bar, &failed);
             sc.spawn(move || loop {
+                // Interrupted: no new run.
+                if crate::interrupt::requested() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= runs {
                     break;
                 }
                 let plan = setup.plan(first.wrapping_add(i), job);
-                let o = summary::Outcome::of(
-                    &plan,
-                    run::run(
-                        rnic,
-                        &plan.server,
-                        &plan.client,
-                        Duration::from_millis(setup.opts.server_delay),
-                        Duration::from_secs_f64(setup.opts.timeout),
-                    ),
-                    &setup.opts.expect_exit,
+                let r = run::run(
+                    rnic,
+                    &plan.server,
+                    &plan.client,
+                    Duration::from_millis(setup.opts.server_delay),
+                    Duration::from_secs_f64(setup.opts.timeout),
                 );
-                if o.reasons.is_empty() {
+                // A run the interrupt stopped says nothing about the programs: not counted.
+                // (From a terminal, Ctrl-C reaches the programs too: one may have died of it.)
+                let by_interrupt = |r: &run::SideResult| {
+                    r.interrupted
+                        || r.signal
+                            .is_some_and(|sig| crate::interrupt::signal() == Some(sig))
+                };
+                let stopped = r
+                    .as_ref()
+                    .is_ok_and(|(s, c)| by_interrupt(s) || by_interrupt(c));
+                let o = summary::Outcome::of(&plan, r, &setup.opts.expect_exit);
+                if o.reasons.is_empty() || stopped {
                     for f in [
                         &plan.server.log,
                         &plan.client.log,
@@ -344,6 +429,9 @@ fn run_all(setup: &Setup, rnic: &Path, first: u64, runs: u64) -> Vec<summary::Ou
                     }
                 } else {
                     failed.fetch_add(1, Ordering::Relaxed);
+                }
+                if stopped {
+                    continue;
                 }
                 bar.set_message(format!("{} failed", failed.load(Ordering::Relaxed)));
                 bar.inc(1);

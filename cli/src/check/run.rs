@@ -32,6 +32,9 @@ pub struct SideResult {
     pub signal: Option<i32>,
     /// Killed by us at the deadline.
     pub hung: bool,
+    /// Stopped by us because `rnic check` was interrupted: the run does not count.
+    #[serde(skip)]
+    pub interrupted: bool,
     /// `rnic: fault fired: …` lines.
     pub fired: Vec<String>,
     /// The report's findings (`rule: message`).
@@ -42,42 +45,91 @@ pub struct SideResult {
     pub report: bool,
 }
 
-/// Waits for `child` until `deadline`; past it, SIGKILLs the program (the child's children)
-/// and then `rnic exec` itself. Returns the status and whether it was killed.
+/// Why a wait ended before the program's own exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The run's deadline passed.
+    Deadline,
+    /// SIGINT or SIGTERM reached `rnic check` ([`crate::interrupt`]).
+    Interrupt,
+}
+
+/// Waits for `child` until `deadline` or an interrupt; then kills the program `rnic exec`
+/// runs ([`kill_programs`]), gives `rnic exec` a little time to finish the program's
+/// connections, and kills it. Returns the status and why it was stopped, if it was.
 #[allow(clippy::disallowed_methods)] // a real-time deadline on real processes
-fn wait_until(child: &mut Child, deadline: std::time::Instant) -> (Option<ExitStatus>, bool) {
-    loop {
+fn wait_until(
+    child: &mut Child,
+    deadline: std::time::Instant,
+) -> (Option<ExitStatus>, Option<Stop>) {
+    let stop = loop {
         match child.try_wait() {
-            Ok(Some(st)) => return (Some(st), false),
+            Ok(Some(st)) => return (Some(st), None),
+            Ok(None) if crate::interrupt::requested() => break Stop::Interrupt,
             Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(POLL);
             }
-            Ok(None) => break,
-            Err(_) => return (None, false),
+            Ok(None) => break Stop::Deadline,
+            Err(_) => return (None, None),
         }
-    }
-    let pid = child.id();
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    for c in children
-        .split_whitespace()
-        .filter_map(|c| c.parse::<i32>().ok())
-    {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(c),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    // rnic exec finishes the program's connections, then exits; give it a little time.
+    };
+    // rnic exec finishes the program's connections, then exits; give it a little time. The
+    // programs are killed again each round, in case rnic exec had not started its own yet.
     let grace = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < grace {
+    loop {
+        kill_programs(child.id());
         if let Ok(Some(st)) = child.try_wait() {
-            return (Some(st), true);
+            return (Some(st), Some(stop));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if std::time::Instant::now() >= grace {
+            break;
+        }
+        std::thread::sleep(POLL);
     }
     let _ = child.kill();
-    (child.wait().ok(), true)
+    (child.wait().ok(), Some(stop))
+}
+
+/// How often a wait looks at the children.
+const POLL: Duration = Duration::from_millis(20);
+
+/// SIGKILLs the children of process `pid` (`rnic exec`: the program), each with its process
+/// group when it leads one (as a program started outside a terminal's foreground does), so
+/// that nothing it started is left running. A child still listed has not been reaped, so its
+/// process ID is still its own.
+fn kill_programs(pid: u32) {
+    use nix::sys::signal::{kill, killpg, Signal::SIGKILL};
+    use nix::unistd::{getpgid, Pid};
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for c in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
+            let c = Pid::from_raw(c);
+            if getpgid(Some(c)) == Ok(c) {
+                let _ = killpg(c, SIGKILL);
+            }
+            let _ = kill(c, SIGKILL);
+        }
+    }
+}
+
+/// Sleeps `d`, or less if an interrupt comes; whether it slept the whole time.
+#[allow(clippy::disallowed_methods)] // a real-time pause between real processes
+fn pause(d: Duration) -> bool {
+    let end = std::time::Instant::now() + d;
+    while !crate::interrupt::requested() {
+        let now = std::time::Instant::now();
+        if now >= end {
+            return true;
+        }
+        std::thread::sleep(POLL.min(end - now));
+    }
+    false
 }
 
 fn spawn(rnic: &Path, s: &SideSpec) -> std::io::Result<Child> {
@@ -93,11 +145,12 @@ fn spawn(rnic: &Path, s: &SideSpec) -> std::io::Result<Child> {
 }
 
 /// Reads what a side left: its fault lines and its report.
-fn collect(s: &SideSpec, status: Option<ExitStatus>, hung: bool) -> SideResult {
+fn collect(s: &SideSpec, (status, stop): (Option<ExitStatus>, Option<Stop>)) -> SideResult {
     let mut r = SideResult {
         exit: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
-        hung,
+        hung: stop == Some(Stop::Deadline),
+        interrupted: stop == Some(Stop::Interrupt),
         ..SideResult::default()
     };
     let log = std::fs::read_to_string(&s.log).unwrap_or_default();
@@ -131,7 +184,8 @@ fn collect(s: &SideSpec, status: Option<ExitStatus>, hung: bool) -> SideResult {
 }
 
 /// Runs the server, waits `server_delay`, runs the client, and waits for both until
-/// `timeout` after the server started.
+/// `timeout` after the server started. An interrupt stops both (their results say
+/// `interrupted`).
 #[allow(clippy::disallowed_methods)] // a real-time deadline on real processes
 pub fn run(
     rnic: &Path,
@@ -143,17 +197,23 @@ pub fn run(
     let start = std::time::Instant::now();
     let deadline = start + timeout;
     let mut s = spawn(rnic, server).map_err(|e| format!("cannot start {}: {e}", rnic.display()))?;
-    std::thread::sleep(server_delay);
+    if !pause(server_delay) {
+        let not_run = SideResult {
+            interrupted: true,
+            ..SideResult::default()
+        };
+        return Ok((collect(server, wait_until(&mut s, start)), not_run));
+    }
     let mut c = match spawn(rnic, client) {
         Ok(c) => c,
         Err(e) => {
-            let _ = wait_until(&mut s, std::time::Instant::now());
+            let _ = wait_until(&mut s, start);
             return Err(format!("cannot start {}: {e}", rnic.display()));
         }
     };
-    let (cs, ch) = wait_until(&mut c, deadline);
-    let (ss, sh) = wait_until(&mut s, deadline);
-    Ok((collect(server, ss, sh), collect(client, cs, ch)))
+    let cr = collect(client, wait_until(&mut c, deadline));
+    let sr = collect(server, wait_until(&mut s, deadline));
+    Ok((sr, cr))
 }
 
 /// What the exit status may be (`--expect-exit`).

@@ -91,6 +91,8 @@ impl Outcome {
 pub struct Summary {
     info: Info,
     runs: Vec<Outcome>,
+    /// The signal that stopped the campaign, and how many runs it was to have.
+    interrupted: Option<(&'static str, u64)>,
 }
 
 impl Summary {
@@ -99,7 +101,24 @@ impl Summary {
         Summary {
             info: info.clone(),
             runs,
+            interrupted: None,
         }
+    }
+
+    /// Marks it partial: `signal` (`SIGINT`, …) stopped a campaign of `planned` runs; the
+    /// runs it stopped are not among those counted.
+    pub fn interrupted(self, signal: &'static str, planned: u64) -> Summary {
+        Summary {
+            interrupted: Some((signal, planned)),
+            ..self
+        }
+    }
+
+    /// Runs of the campaign not counted: not started, or stopped by the interrupt.
+    fn not_done(&self) -> u64 {
+        self.interrupted.map_or(0, |(_, planned)| {
+            planned.saturating_sub(self.runs.len() as u64)
+        })
     }
 
     /// Runs that failed.
@@ -174,12 +193,25 @@ impl Summary {
             self.runs.first().map_or(0, |o| o.seed),
             self.runs.last().map_or(0, |o| o.seed),
         );
+        let seeds = if n == 0 {
+            String::new()
+        } else {
+            format!(" (seeds {first}…{last})")
+        };
         let _ = writeln!(
             t,
-            "rnic check: {n} runs (seeds {first}…{last}): {} passed, {} failed",
+            "rnic check: {n} runs{seeds}: {} passed, {} failed",
             n - self.failed(),
             self.failed()
         );
+        if let Some((signal, planned)) = self.interrupted {
+            let _ = writeln!(
+                t,
+                "interrupted ({signal}): {} of {planned} runs not done (the runs in progress \
+                 were stopped, their programs killed, and are not counted)",
+                self.not_done()
+            );
+        }
         for o in self.runs.iter().filter(|o| !o.reasons.is_empty() || detail) {
             let faults: Vec<String> = o
                 .faults
@@ -276,6 +308,8 @@ impl Summary {
             "faults_fired": fired,
             "code_paths": reached,
             "logs": self.info.dir,
+            "interrupted": self.interrupted.map(|(signal, _)| signal),
+            "not_done": self.not_done(),
         })
         .to_string()
     }

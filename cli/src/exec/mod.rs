@@ -48,10 +48,11 @@ pub struct ExecOptions {
     /// QPs are flushed and verbs answer EIO. Sets RNIC_REMOVE_DEVICE_MS.
     #[arg(long, value_name = "MS")]
     pub remove_device_after: Option<u64>,
-    /// A fault on this RNIC (repeatable): e.g. `drop:REQ:1`, `drop:rc:1s:500ms`,
-    /// `partition:1s:3s`, `silence:2s`, `remove:on:ESTABLISHED`, `kill:after:3:completions`
-    /// (grammar: docs/check.md, "Faults"). Random choices come from --seed. Sets RNIC_FAULTS.
-    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_fault)]
+    /// A fault on this RNIC (repeatable, or `;`-separated as in RNIC_FAULTS): e.g.
+    /// `drop:REQ:1`, `drop:rc:1s:500ms`, `partition:1s:3s`, `silence:2s`,
+    /// `remove:on:ESTABLISHED`, `kill:after:3:completions` (grammar: docs/check.md, "Faults").
+    /// Random choices come from --seed. Sets RNIC_FAULTS.
+    #[arg(long = "fault", value_name = "SPEC", value_parser = parse_faults)]
     pub faults: Vec<String>,
     /// The library to preload (default: librnic.so beside this executable, or RNIC_LIB).
     #[arg(long, value_name = "PATH")]
@@ -110,8 +111,35 @@ fn parse_ip(s: &str) -> Result<String, String> {
         .map_err(|_| format!("{s:?} is not an IP address (e.g. 127.0.0.2)"))
 }
 
-fn parse_fault(s: &str) -> Result<String, String> {
-    rnic::inject::spec::parse(s).map(|f| f.text)
+/// Parses a `--fault`: one spec, or several separated by `;` as in `RNIC_FAULTS`; returns
+/// them `;`-separated.
+///
+/// # Errors
+/// The first bad spec (one line), or none given.
+pub fn parse_faults(s: &str) -> Result<String, String> {
+    let list = rnic::inject::spec::parse_list(s)?;
+    if list.is_empty() {
+        return Err("no fault given".into());
+    }
+    Ok(list
+        .iter()
+        .map(|f| f.text.as_str())
+        .collect::<Vec<_>>()
+        .join(";"))
+}
+
+/// Where `name` is, as `execvp` would look for it: the file itself when the name has a `/`,
+/// else the first file of that name in a directory of `PATH`.
+pub fn find_program(name: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let is_file = |p: &Path| p.is_file().then(|| p.to_path_buf());
+    if name.as_bytes().contains(&b'/') {
+        return is_file(Path::new(name));
+    }
+    if name.is_empty() {
+        return None;
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).find_map(|d| is_file(&d.join(name)))
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {
@@ -230,6 +258,17 @@ fn program_env(cmd: &Command, name: &str) -> Option<String> {
 /// the shell sees the same death. Errors before the program starts are printed; their status
 /// is 127.
 pub fn main(opts: &ExecOptions) -> std::process::ExitCode {
+    // `--check fail -- prog` gives `--check` no value (it takes one only after `=`) and would
+    // run a program named `fail`.
+    if let (Some(_), Some(prog)) = (opts.check, opts.argv.first()) {
+        let mode = prog.to_string_lossy();
+        if ["fail", "report"].contains(&mode.as_ref()) && find_program(prog).is_none() {
+            eprintln!(
+                "rnic exec: `--check {mode}` would run a program named {mode}: write --check={mode}"
+            );
+            return std::process::ExitCode::from(2);
+        }
+    }
     let cmd = match command(opts) {
         Ok(c) => c,
         Err(e) => {
@@ -237,11 +276,10 @@ pub fn main(opts: &ExecOptions) -> std::process::ExitCode {
             return std::process::ExitCode::from(127);
         }
     };
-    // A bad fault list in the environment is refused before the program starts, as --fault is.
-    if let Some(Err(e)) =
-        program_env(&cmd, "RNIC_FAULTS").map(|v| rnic::inject::spec::parse_list(&v))
-    {
-        eprintln!("rnic exec: RNIC_FAULTS: {e}");
+    // A bad variable in the environment (RNIC_MTU, RNIC_SEED, RNIC_STATS, RNIC_FAULTS, …) is
+    // refused before the program starts, with librnic's own rules, as a bad option is.
+    if let Err(e) = rnic::config::Config::from_lookup(|k| program_env(&cmd, k)) {
+        eprintln!("rnic exec: {e}");
         return std::process::ExitCode::from(2);
     }
     // The report's file is made by the program at its end: a path it cannot write is refused
