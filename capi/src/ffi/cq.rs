@@ -214,6 +214,8 @@ pub(super) unsafe extern "C" fn rnic_req_notify_cq(
         };
         // SAFETY: a live CQ of this library.
         let h = CqHandle(unsafe { (*cq).handle });
+        // Arming a CQ is waiting for its event, not spinning on it.
+        r.caller_sleeps();
         match r.with_quiet(|n, _| n.dev().req_notify_cq(h, solicited_only != 0)) {
             Ok(()) => 0,
             Err(e) => errno_of(&e),

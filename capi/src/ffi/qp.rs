@@ -439,7 +439,7 @@ pub(super) unsafe extern "C" fn rnic_post_recv(
         };
         // SAFETY: a live QP of this library.
         let h = QpHandle(unsafe { (*qp).handle });
-        r.with(|n, _| {
+        r.with_local(|n, _| {
             let lim = match n.device().query_qp(h) {
                 // A QP on an SRQ takes no receives (rxe: EINVAL), whatever the list holds.
                 Ok((_, init)) if init.srq.is_some() && !wr.is_null() => {

@@ -136,7 +136,7 @@ pub(super) unsafe extern "C" fn rnic_post_srq_recv(
         };
         // SAFETY: a live SRQ of this library.
         let h = SrqHandle(unsafe { (*srq).handle });
-        r.with(|n, _| {
+        r.with_local(|n, _| {
             let lim = match n.device().query_srq(h) {
                 Ok(a) => PostLimits {
                     wrs: a.max_wr,

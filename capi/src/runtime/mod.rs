@@ -542,6 +542,17 @@ impl Runtime {
         })
     }
 
+    /// [`with`](Self::with) for a call that queues no datagram of its own (posting receive
+    /// WRs): what a spinning caller's last receive queued in answer keeps waiting for the call
+    /// that sends ([`UdpHandle::with_local`]).
+    pub fn with_local<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
+        self.handle.with_local(|node, now| {
+            let r = f(node, now);
+            node.signal(now);
+            r
+        })
+    }
+
     /// Runs `f` on the node for a call that queues no datagram and no event (polling or arming
     /// a CQ, queries): nothing is sent, no channel is signalled, the progress thread is not woken.
     pub fn with_quiet<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
@@ -583,8 +594,9 @@ impl Runtime {
         wait_token(ends)
     }
 
-    /// Tells the driver that the calling thread is about to block on a descriptor, so that it
-    /// listens on the socket again at once ([`UdpHandle::caller_sleeps`]).
+    /// Tells the driver that the calling thread stops polling — it is about to block on a
+    /// descriptor, or arms a CQ — so that it listens on the socket again at once
+    /// ([`UdpHandle::caller_sleeps`]).
     pub fn caller_sleeps(&self) {
         self.handle.caller_sleeps();
     }

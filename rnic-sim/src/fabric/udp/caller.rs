@@ -26,7 +26,9 @@ use super::{is_icmp_error, Endpoint, UdpHandle};
 impl<E: Endpoint> UdpHandle<E> {
     /// Receives, without blocking, what is waiting on the socket (one `recvmmsg`: up to 32
     /// messages, each possibly several coalesced datagrams) and hands it to the endpoint, then
-    /// sends what the endpoint queued in answer. Returns whether any datagram was delivered.
+    /// sends what the endpoint queued in answer — unless the driver stands by, where the
+    /// answer waits for this caller's next call (see `standby`). Returns whether any datagram
+    /// was delivered.
     ///
     /// Does nothing (returns `false`) on a driver that is not [`spawn`](super::UdpDriver::spawn)ed
     /// (no socket to read from another thread), after the driver stopped, and while the
@@ -75,9 +77,10 @@ impl<E: Endpoint> UdpHandle<E> {
             st.caller_recv = Some(recv);
             if got && shared.standing_by.load(Ordering::Acquire) {
                 // The answer waits for this caller's next call (see `standby`).
-                st.deferred = true;
+                shared.answer_waits.store(true, Ordering::Relaxed);
+                st.stats.deferred_answers += 1;
                 (false, got)
-            } else if got || st.deferred {
+            } else if got || shared.answer_waits.load(Ordering::Relaxed) {
                 (self.flush(&mut st), got)
             } else {
                 return false;

@@ -40,6 +40,7 @@
 mod batch;
 mod caller;
 mod standby;
+mod wait;
 
 use std::collections::VecDeque;
 use std::io;
@@ -123,6 +124,11 @@ pub struct UdpStats {
     pub recv_calls: u64,
     /// Of `recv_calls`, those made from a caller's thread ([`UdpHandle::progress`]).
     pub caller_recv_calls: u64,
+    /// Times the driver stood by off the socket while callers spun (see `standby`).
+    pub standbys: u64,
+    /// Of `caller_recv_calls`, those whose answer (the coalesced ACK) waited for the caller's
+    /// next call (see `standby`).
+    pub deferred_answers: u64,
 }
 
 struct State<E> {
@@ -141,25 +147,22 @@ struct State<E> {
     wake_filter: Option<WakeFilter<E>>,
     /// The receive buffers of [`UdpHandle::progress`] (made on its first use).
     caller_recv: Option<Box<RecvBufs>>,
-    /// What the endpoint queued in answer to datagrams a spinning caller received waits for
-    /// that caller's next call, or the standing-by driver's next look (see `standby`).
-    deferred: bool,
 }
 
-impl<E: Endpoint> State<E> {
+impl<E: Endpoint> Shared<E> {
     /// Sends, non-blocking and batched, the backlog and then what the endpoint has queued at
     /// `now`, in that order. What the socket cannot take now stays in the backlog, in order.
     /// Failed sends are counted and dropped, as the network would drop them.
-    fn send_queued(&mut self, now: SimTime, udp: &UdpSocketState, socket: &impl AsFd) {
-        self.deferred = false;
-        while let Some(d) = self.endpoint.poll_transmit(now) {
-            self.backlog.push_back(d);
+    fn send_queued(&self, st: &mut State<E>, now: SimTime, socket: &impl AsFd) {
+        self.answer_waits.store(false, Ordering::Relaxed);
+        while let Some(d) = st.endpoint.poll_transmit(now) {
+            st.backlog.push_back(d);
         }
         send_all(
-            &mut self.backlog,
-            &mut self.stats,
-            &mut self.gso,
-            udp,
+            &mut st.backlog,
+            &mut st.stats,
+            &mut st.gso,
+            &self.udp,
             socket,
         );
     }
@@ -183,9 +186,12 @@ struct Shared<E> {
     /// When (ns since the epoch) a caller last looked for datagrams itself
     /// ([`UdpHandle::progress`]): while callers poll, the driver does not busy-poll too.
     caller_polled: AtomicU64,
-    /// When (ns since the epoch) the callers' current run of polls began: polls less than
-    /// [`standby::STREAK_GAP`] apart are one run ([`Shared::callers_spinning`]).
-    caller_streak: AtomicU64,
+    /// How many polls the callers' current run holds ([`Shared::callers_spinning`]).
+    caller_run: AtomicU64,
+    /// What the endpoint queued in answer to datagrams a spinning caller received waits for
+    /// that caller's next call, or the standing-by driver's next look (set under the state
+    /// lock; see `standby`).
+    answer_waits: AtomicBool,
     /// The driver stands by ([`UdpDriver::stand_by`]): it will look at the endpoint within
     /// `standby::STANDBY_TICK` whatever happens on the socket.
     standing_by: AtomicBool,
@@ -236,8 +242,9 @@ impl<E> Shared<E> {
         Ok(Arc::new(Shared {
             rx: Mutex::new(()),
             caller_polled: AtomicU64::new(0),
-            caller_streak: AtomicU64::new(0),
+            caller_run: AtomicU64::new(0),
             standing_by: AtomicBool::new(false),
+            answer_waits: AtomicBool::new(false),
             driver_thread: OnceLock::new(),
             driver_waiting: AtomicBool::new(false),
             poked: AtomicBool::new(false),
@@ -251,7 +258,6 @@ impl<E> Shared<E> {
                 gso: Vec::new(),
                 wake_filter: None,
                 caller_recv: None,
-                deferred: false,
             }),
             epoch: Instant::now(),
             changed: Condvar::new(),
@@ -434,7 +440,7 @@ impl<E> UdpHandle<E> {
             Some(socket) => {
                 let now = self.shared.now();
                 let blocked = !st.backlog.is_empty();
-                st.send_queued(now, &self.shared.udp, socket);
+                self.shared.send_queued(st, now, socket);
                 let earlier = match (st.endpoint.poll_timeout(), st.armed) {
                     (Some(t), Some(a)) => t < a,
                     (Some(_), None) => true,
@@ -453,58 +459,6 @@ impl<E> UdpHandle<E> {
     pub fn with_quiet<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
         let mut st = self.shared.lock();
         f(&mut st.endpoint, self.shared.now())
-    }
-
-    /// Blocks until `cond` holds for the endpoint (checked after every event the driver
-    /// handles), the driver stops, or `timeout` passes. Returns whether `cond` holds. Not for
-    /// use on a runtime thread: use [`wait_until_async`](Self::wait_until_async) there.
-    ///
-    /// For up to 50 µs it watches for changes without sleeping (yielding the CPU), as
-    /// the driver does for datagrams: an answer that comes within microseconds costs no
-    /// thread wake-up.
-    pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&E) -> bool) -> bool {
-        let start = Instant::now();
-        let mut seen = None;
-        while start.elapsed() < BUSY_POLL.min(timeout) {
-            let changes = self.shared.changes.load(Ordering::Acquire);
-            if seen == Some(changes) {
-                std::thread::yield_now();
-                continue;
-            }
-            seen = Some(changes);
-            let st = self.shared.lock();
-            if st.stopped || cond(&st.endpoint) {
-                return cond(&st.endpoint);
-            }
-        }
-        let guard = self.shared.lock();
-        let rest = timeout.saturating_sub(start.elapsed());
-        self.shared.sleepers.fetch_add(1, Ordering::SeqCst);
-        let (guard, _) = self
-            .shared
-            .changed
-            .wait_timeout_while(guard, rest, |st| !st.stopped && !cond(&st.endpoint))
-            .unwrap_or_else(PoisonError::into_inner);
-        self.shared.sleepers.fetch_sub(1, Ordering::SeqCst);
-        cond(&guard.endpoint)
-    }
-
-    /// Waits until `cond` holds for the endpoint or the driver stops; returns whether `cond`
-    /// holds. Wrap it in `tokio::time::timeout` to bound the wait.
-    pub async fn wait_until_async(&self, mut cond: impl FnMut(&E) -> bool) -> bool {
-        loop {
-            let notified = self.shared.changed_async.notified();
-            tokio::pin!(notified);
-            // Register before checking, so a change between the check and the await is seen.
-            notified.as_mut().enable();
-            {
-                let st = self.shared.lock();
-                if cond(&st.endpoint) || st.stopped {
-                    return cond(&st.endpoint);
-                }
-            }
-            notified.await;
-        }
     }
 }
 
@@ -627,7 +581,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 }
                 shared.poked.store(false, Ordering::Release);
                 let now = shared.now();
-                st.send_queued(now, &shared.udp, &self.socket);
+                shared.send_queued(&mut st, now, &self.socket);
                 // Sleep until the endpoint's deadline, but at most IDLE_TICK: then a handle
                 // whose call sets a deadline later than that need not wake the driver.
                 let tick = now.plus_nanos(IDLE_TICK.as_nanos() as u64);
@@ -636,6 +590,9 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                 let blocked = !st.backlog.is_empty();
                 // Decided under the lock, where `progress` reads it (see `standby`).
                 let stand_by = !blocked && shared.callers_spinning();
+                if stand_by {
+                    st.stats.standbys += 1;
+                }
                 shared.standing_by.store(stand_by, Ordering::Release);
                 (wake, blocked, stand_by)
             };
