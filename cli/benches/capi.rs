@@ -7,6 +7,11 @@
 //! |---|---|
 //! | `ib_write_bw -s 65536 -n 2000`: the client's `BW average` | TCP stream: one process writes 64 KiB chunks (2 GiB in all) as fast as it can over a loopback TCP connection, the other reads them |
 //! | `ib_send_lat -s 64 -n 10000`: the client's `t_typical` (and `t_avg`) | UDP ping-pong of 64-byte datagrams, blocking sockets: the median (and mean) round trip of 10 000, after 1 000 not counted, halved |
+//! | `ib_send_lat -s 64 -n 10000`: 2 × `t_typical`, a round trip | `rnic ping --op send -S 64 -C 10000` (rnic's own transport without the C ABI, both sides `rnic ping`): the client's median round trip |
+//! | `ibv_rc_pingpong -s 64 -n 10000` (spins on `ibv_poll_cq`): the client's `usec/iter`, a mean round trip | the same `rnic ping`'s mean round trip |
+//!
+//! The last two rows hold the C ABI to the transport's speed: a program that busy-polls through
+//! librnic within 1.2× of what `rnic ping` does on the same transport.
 //!
 //! Units are perftest's: MB/s is 2^20 bytes per second (perftest's `MB/sec`), and a latency
 //! is one way, half of a round trip — perftest's `t_typical` is the median of its round trips
@@ -27,7 +32,8 @@
 //!
 //! Addresses: `ib_write_bw` 127.0.60.1/.2 (port 19060) and the TCP sink 127.0.60.3:19160;
 //! `ib_send_lat` 127.0.61.1/.2 (port 19061) and the UDP echo 127.0.61.3:19161 (client
-//! 127.0.61.4).
+//! 127.0.61.4); `rnic ping` 127.0.66.1:19066 / 127.0.66.2; `ibv_rc_pingpong` 127.0.67.1/.2
+//! (port 19067).
 //!
 //! Run (release profile; perftest from the Debian package `perftest`):
 //!
@@ -52,7 +58,9 @@ use std::fmt::Display;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use common_programs::{run_perftest, tools_available, Net, Perftest, RNIC};
+use common_programs::{
+    run_pair, run_perftest, tools_available, Net, PairSpec, Perftest, Program, Ready, DEVICE, RNIC,
+};
 use rnic_cli::bench::baseline::{tcp_stream, udp_pingpong};
 use rnic_cli::bench::peer::{Peer, PeerRole};
 use rnic_cli::bench::table::{render, render_rounds, Goal, Row};
@@ -65,6 +73,10 @@ const DEFAULT_ROUNDS: usize = 5;
 const BW_NET: Net = Net::new(60);
 /// `ib_send_lat`: 127.0.61.1 / 127.0.61.2, port 19061.
 const LAT_NET: Net = Net::new(61);
+/// `rnic ping`: server 127.0.66.1:19066, client 127.0.66.2.
+const PING_NET: Net = Net::new(66);
+/// `ibv_rc_pingpong`: 127.0.67.1 / 127.0.67.2, port 19067.
+const PINGPONG_NET: Net = Net::new(67);
 /// The TCP baseline's sink.
 const TCP_SINK: &str = "127.0.60.3:19160";
 /// The UDP baseline's echo peer, and the measuring side's address.
@@ -99,7 +111,10 @@ fn main() {
             }
         },
     };
-    if !tools_available("capi bench", &["ib_write_bw", "ib_send_lat"]) {
+    if !tools_available(
+        "capi bench",
+        &["ib_write_bw", "ib_send_lat", "ibv_rc_pingpong"],
+    ) {
         return;
     }
 
@@ -128,6 +143,22 @@ fn main() {
             2,
             Goal::None,
         ),
+        Row::new(
+            "ib_send_lat_rtt",
+            "ib_send_lat -s 64, 2 × t_typical (RTT)",
+            Some("rnic ping --op send -S 64, median RTT"),
+            "µs",
+            2,
+            Goal::RatioAtMost(1.2),
+        ),
+        Row::new(
+            "ibv_rc_pingpong",
+            "ibv_rc_pingpong -s 64, usec/iter (mean RTT)",
+            Some("rnic ping --op send -S 64, mean RTT"),
+            "µs",
+            2,
+            Goal::RatioAtMost(1.2),
+        ),
     ];
     for r in 1..=rounds {
         println!("===== capi bench: round {r}/{rounds} =====");
@@ -139,19 +170,28 @@ fn main() {
             return;
         };
         let (median_rtt, mean_rtt) = udp_pingpong_round();
+        let (ping_median, ping_mean) = rnic_ping_round(r);
+        let Some(rc) = rc_pingpong_round(r) else {
+            return;
+        };
         println!(
             "round {r}: ib_write_bw {bw:.1} MB/s, TCP {tcp:.1} MB/s; ib_send_lat t_typical {typical:.2} \
-             µs, t_avg {avg:.2} µs; UDP RTT/2 median {:.2} µs, mean {:.2} µs",
+             µs, t_avg {avg:.2} µs; UDP RTT/2 median {:.2} µs, mean {:.2} µs; rnic ping RTT median \
+             {ping_median:.2} µs, mean {ping_mean:.2} µs; ibv_rc_pingpong {rc:.2} µs/iter",
             median_rtt / 2.0,
             mean_rtt / 2.0
         );
-        let [w, t, a] = &mut rows;
+        let [w, t, a, rtt, pp] = &mut rows;
         w.rnic.push(bw);
         w.baseline.push(tcp);
         t.rnic.push(typical);
         t.baseline.push(median_rtt / 2.0);
         a.rnic.push(avg);
         a.baseline.push(mean_rtt / 2.0);
+        rtt.rnic.push(2.0 * typical);
+        rtt.baseline.push(ping_median);
+        pp.rnic.push(rc);
+        pp.baseline.push(ping_mean);
     }
 
     let summaries: Vec<_> = rows.iter().map(Row::summary).collect();
@@ -201,6 +241,109 @@ fn perftest_send_lat(round: usize) -> Option<(f64, f64)> {
             .unwrap_or_else(|| r.outcome.fail(&format!("no `{col}` in the client's table")))
     };
     Some((v("t_typical"), v("t_avg")))
+}
+
+/// One `ibv_rc_pingpong -s 64` pair (spinning on `ibv_poll_cq`): the client's `usec/iter`.
+/// `None`: skipped.
+fn rc_pingpong_round(round: usize) -> Option<f64> {
+    let port = PINGPONG_NET.port_arg();
+    let iters = LAT_ITERS.to_string();
+    let server_argv = [
+        "ibv_rc_pingpong",
+        "-d",
+        DEVICE,
+        "-g",
+        "0",
+        "-s",
+        "64",
+        "-p",
+        &port,
+        "-n",
+        &iters,
+    ];
+    let server_ip = PINGPONG_NET.server_ip();
+    let mut client_argv = server_argv.to_vec();
+    client_argv.push(&server_ip);
+    let spec = PairSpec {
+        name: format!("ibv_rc_pingpong round {round}"),
+        server: Program::new(&server_ip, &server_argv),
+        client: Program::new(&PINGPONG_NET.client_ip(), &client_argv),
+        ready: Ready::TcpListen(PINGPONG_NET.port),
+        server_stays: false,
+    };
+    let out = run_pair(&spec);
+    out.assert_success();
+    out.show();
+    let per_iter = out.client.stdout.lines().find_map(|l| {
+        l.strip_suffix(" usec/iter")?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
+    });
+    Some(per_iter.unwrap_or_else(|| out.fail("no `… usec/iter` in the client's output")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// rnic's own transport: `rnic ping` on both sides
+
+/// One `rnic ping --op send -S 64 -C 10000` pair: the client's median and mean round trip
+/// (µs), from its `--json` report.
+fn rnic_ping_round(round: usize) -> (f64, f64) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let listen = format!("{}:{}", PING_NET.server_ip(), PING_NET.port);
+    let mut server = or_die(
+        Command::new(RNIC)
+            .args(["ping", "-l", &listen, "--once", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn(),
+        "rnic ping -l",
+    );
+    // The server prints `{"listening":ADDR}` once it listens.
+    // Kept open until the server exits: its report goes there at the end.
+    let mut server_out = server.stdout.take().map(|o| BufReader::new(o).lines());
+    let listening = server_out
+        .as_mut()
+        .and_then(|l| l.next()?.ok())
+        .unwrap_or_default();
+    assert!(
+        listening.contains("listening"),
+        "rnic ping -l {listen} (round {round}) printed {listening:?}, not its listening line"
+    );
+    let out = or_die(
+        Command::new(RNIC)
+            .args(["ping", "-c", &listen, "-I", &PING_NET.client_ip()])
+            .args([
+                "--op",
+                "send",
+                "-S",
+                "64",
+                "-C",
+                &LAT_ITERS.to_string(),
+                "--json",
+            ])
+            .stderr(Stdio::inherit())
+            .output(),
+        "rnic ping -c",
+    );
+    if let Some(rest) = server_out {
+        rest.for_each(drop);
+    }
+    let _ = server.wait();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "rnic ping -c (round {round}) failed: {report}"
+    );
+    let json: serde_json::Value = or_die(serde_json::from_str(&report), "rnic ping's report");
+    let field = |name: &str| {
+        json["latency"][name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no latency.{name} in rnic ping's report: {report}"))
+    };
+    (field("median_us"), field("mean_us"))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -317,3 +317,61 @@ fn caller_progress_delivers_in_order_alongside_the_driver() {
         "the polling caller received nothing itself ({stats:?})"
     );
 }
+
+/// While a caller spins on `progress`, the driver stands by and the answer to what the caller
+/// received waits for the caller's next call: `with` sends it before its closure runs (a call
+/// may destroy the QP whose ACK it is), and when the caller goes quiet the driver sends it.
+#[test]
+// The spin loops have a wall-clock deadline.
+#[allow(clippy::disallowed_methods)]
+fn a_spinning_callers_answer_waits_for_its_next_call_or_the_driver() {
+    let socket = loopback_socket();
+    let addr = socket.local_addr().unwrap();
+    let driver = UdpDriver::spawn(Echo::new(addr), socket).unwrap();
+    let handle = driver.handle().clone();
+    let peer = loopback_socket();
+    peer.set_read_timeout(Some(WAIT)).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let spin_until = |what: &str, done: &dyn Fn() -> bool| {
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}: timed out");
+            handle.progress();
+        }
+    };
+    spin_until("the driver stands by", &|| handle.stats().standbys > 0);
+
+    // A datagram the spinning caller receives: its echo is deferred...
+    peer.send_to(b"first", addr).unwrap();
+    spin_until("the caller receives", &|| {
+        handle.with_quiet(|e, _| e.echoed) == 1
+    });
+    assert!(
+        handle.stats().deferred_answers >= 1,
+        "the answer was sent from inside progress: {:?}",
+        handle.stats()
+    );
+    // ...and `with` sends it before its closure sees the endpoint.
+    let waiting_in_f = handle.with(|e, _| e.outbox.len());
+    assert_eq!(
+        waiting_in_f, 0,
+        "the deferred answer was still queued when `with` ran"
+    );
+    let mut buf = [0u8; 16];
+    let (n, _) = peer.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"first");
+
+    // A caller that goes quiet after its receive: the driver sends the answer.
+    spin_until("the driver stands by again", &|| {
+        handle.stats().standbys > 1
+    });
+    peer.send_to(b"second", addr).unwrap();
+    spin_until("the caller receives again", &|| {
+        handle.with_quiet(|e, _| e.echoed) == 2
+    });
+    let (n, _) = peer.recv_from(&mut buf).unwrap();
+    assert_eq!(
+        &buf[..n],
+        b"second",
+        "the standing-by driver never sent the answer"
+    );
+}

@@ -376,7 +376,7 @@ pub(super) unsafe extern "C" fn rnic_post_send(
         // SAFETY: a live QP of this library, whose PD is live.
         let (h, pd) = unsafe { (QpHandle((*qp).handle), PdHandle((*(*qp).pd).handle)) };
         // The list is read under the node lock, after the QP's capacities are known.
-        r.with(|n, _| {
+        r.with_send(|n, _| {
             let lim = match n.device().query_qp(h) {
                 Ok((_, init)) => PostLimits::send(&init.cap),
                 Err(e) => return set_bad(bad_wr, wr, errno_of(&e)),

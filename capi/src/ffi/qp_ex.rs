@@ -251,7 +251,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         };
         // SAFETY: the inline SGEs point into `batch.inline`, alive until after the post; the
         // others are the application's registered memory.
-        let posted = r.with(|n, _| unsafe { post_send_with_inline(n.dev(), pd, h, &batch.wrs) });
+        let posted =
+            r.with_send(|n, _| unsafe { post_send_with_inline(n.dev(), pd, h, &batch.wrs) });
         match posted {
             Ok(()) => 0,
             Err(pe) => errno_of(&pe.error),

@@ -542,6 +542,16 @@ impl Runtime {
         })
     }
 
+    /// [`with`](Self::with) for a call that posts send work requests: what it queues leaves
+    /// before the answer a spinning caller's last receive queued ([`UdpHandle::with_send`]).
+    pub fn with_send<R>(&self, f: impl FnOnce(&mut Node, SimTime) -> R) -> R {
+        self.handle.with_send(|node, now| {
+            let r = f(node, now);
+            node.signal(now);
+            r
+        })
+    }
+
     /// [`with`](Self::with) for a call that queues no datagram of its own (posting receive
     /// WRs): what a spinning caller's last receive queued in answer keeps waiting for the call
     /// that sends ([`UdpHandle::with_local`]).

@@ -411,22 +411,13 @@ impl<E> UdpHandle<E> {
 
     /// Runs `f` on the endpoint with the current time (to call its API: connect, send, …),
     /// then wakes the driver so that what the endpoint now wants to send goes out and its new
-    /// deadline is honoured. Blocks while the driver is inside an endpoint call.
+    /// deadline is honoured. Blocks while the driver is inside an endpoint call. An answer
+    /// deferred for the caller's next call (see `standby`) is sent before `f` runs.
     pub fn with<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R
     where
         E: Endpoint,
     {
-        let (r, wake) = {
-            let mut st = self.shared.lock();
-            let r = f(&mut st.endpoint, self.shared.now());
-            let wake = self.flush(&mut st);
-            (r, wake)
-        };
-        if wake {
-            self.shared.poke();
-        }
-        self.shared.notify_changed();
-        r
+        self.call(standby::Deferred::SendFirst, f)
     }
 
     /// After a handle touched the endpoint: sends what it queued straight from this thread

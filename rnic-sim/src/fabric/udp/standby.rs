@@ -129,17 +129,44 @@ impl<E: Endpoint> UdpDriver<E> {
     }
 }
 
+/// What a handle's call does with an answer deferred for the caller's next call.
+pub(super) enum Deferred {
+    /// Sends it before the call runs ([`UdpHandle::with`]): the call may destroy the QP whose
+    /// coalesced ACK it is, or change the memory a READ response is read from.
+    SendFirst,
+    /// Sends it after what the call queued ([`UdpHandle::with_send`]).
+    SendAfter,
+    /// Leaves it waiting ([`UdpHandle::with_local`]).
+    Keep,
+}
+
 impl<E: Endpoint> UdpHandle<E> {
+    /// [`with`](Self::with) for a call that posts send work requests: what it queues leaves
+    /// before an answer deferred for this call (the reply before the ACK of the message it
+    /// answers, both in one GSO send when they fit).
+    pub fn with_send<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
+        self.call(Deferred::SendAfter, f)
+    }
+
     /// [`with`](Self::with) for a call that queues no datagram of its own (posting receive
     /// WRs): an answer deferred for the caller's next call keeps waiting for the call that
     /// sends — perftest reposts a receive between taking a message and posting its reply.
     pub fn with_local<R>(&self, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
+        self.call(Deferred::Keep, f)
+    }
+
+    /// Runs `f` on the endpoint, sends what is queued (a deferred answer as `deferred` says),
+    /// wakes the driver if its deadline moved earlier and tells waiters of the change.
+    pub(super) fn call<R>(&self, deferred: Deferred, f: impl FnOnce(&mut E, SimTime) -> R) -> R {
         let shared = &self.shared;
         let (r, wake) = {
             let mut st = shared.lock();
+            let waits = shared.answer_waits.load(Ordering::Relaxed);
+            let first = waits && matches!(deferred, Deferred::SendFirst) && self.flush(&mut st);
             let r = f(&mut st.endpoint, shared.now());
-            let wake = !shared.answer_waits.load(Ordering::Relaxed) && self.flush(&mut st);
-            (r, wake)
+            let keep = waits && matches!(deferred, Deferred::Keep);
+            let after = !keep && self.flush(&mut st);
+            (r, first || after)
         };
         if wake {
             shared.poke();
