@@ -10,7 +10,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rnic_sim::fabric::udp::UdpDriver;
+use rnic_sim::fabric::udp::{SpawnedUdpDriver, UdpDriver};
 use rnic_sim::fabric::Endpoint;
 use verbs_core::SimTime;
 
@@ -318,6 +318,22 @@ fn caller_progress_delivers_in_order_alongside_the_driver() {
     );
 }
 
+/// An [`Echo`] on a spawned driver and a peer socket to talk to it, for the stand-by tests.
+struct EchoRig {
+    driver: SpawnedUdpDriver<Echo>,
+    addr: SocketAddr,
+    peer: UdpSocket,
+}
+
+fn echo_rig() -> EchoRig {
+    let socket = loopback_socket();
+    let addr = socket.local_addr().unwrap();
+    let driver = UdpDriver::spawn(Echo::new(addr), socket).unwrap();
+    let peer = loopback_socket();
+    peer.set_read_timeout(Some(WAIT)).unwrap();
+    EchoRig { driver, addr, peer }
+}
+
 /// While a caller spins on `progress`, the driver stands by and the answer to what the caller
 /// received waits for the caller's next call: `with` sends it before its closure runs (a call
 /// may destroy the QP whose ACK it is), and when the caller goes quiet the driver sends it.
@@ -325,12 +341,9 @@ fn caller_progress_delivers_in_order_alongside_the_driver() {
 // The spin loops have a wall-clock deadline.
 #[allow(clippy::disallowed_methods)]
 fn a_spinning_callers_answer_waits_for_its_next_call_or_the_driver() {
-    let socket = loopback_socket();
-    let addr = socket.local_addr().unwrap();
-    let driver = UdpDriver::spawn(Echo::new(addr), socket).unwrap();
+    let EchoRig { driver, addr, peer } = echo_rig();
     let handle = driver.handle().clone();
-    let peer = loopback_socket();
-    peer.set_read_timeout(Some(WAIT)).unwrap();
+    // The spin loops' wall-clock deadline.
     let deadline = std::time::Instant::now() + WAIT;
     let spin_until = |what: &str, done: &dyn Fn() -> bool| {
         while !done() {
@@ -373,5 +386,73 @@ fn a_spinning_callers_answer_waits_for_its_next_call_or_the_driver() {
         &buf[..n],
         b"second",
         "the standing-by driver never sent the answer"
+    );
+}
+
+/// A caller that spun and then stopped polling (a program spinning on memory for its peer's
+/// RDMA WRITE): the driver receives the next datagram itself and holds its answer for the
+/// caller's next call, at most a moment, and then sends it: it is never lost. A caller that
+/// said it sleeps (armed a CQ, blocks) gets its answers at once.
+#[test]
+// The spin loops have a wall-clock deadline.
+#[allow(clippy::disallowed_methods)]
+fn the_driver_holds_its_answer_for_a_caller_that_just_stopped_spinning() {
+    let EchoRig { driver, addr, peer } = echo_rig();
+    let handle = driver.handle().clone();
+    // The spin loops' wall-clock deadline.
+    let deadline = std::time::Instant::now() + WAIT;
+    let wait_for = |what: &str, done: &dyn Fn() -> bool, spin: bool| {
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}: timed out");
+            if spin {
+                handle.progress();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    };
+    let mut buf = [0u8; 16];
+    // The hold needs the driver to receive within a few ms of the caller's last poll: on a
+    // loaded machine it may not, so try a few times; it must happen.
+    let mut held = false;
+    for echoed in 1..=20 {
+        let standbys = handle.stats().standbys;
+        wait_for(
+            "the driver stands by",
+            &|| handle.stats().standbys > standbys,
+            true,
+        );
+        let before = handle.stats().deferred_answers;
+        peer.send_to(b"held", addr).unwrap();
+        // No call from the caller from here on: the driver receives, holds, sends.
+        wait_for(
+            "the driver receives",
+            &|| handle.with_quiet(|e, _| e.echoed) == echoed,
+            false,
+        );
+        let (n, _) = peer.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"held", "the held answer was never sent");
+        if handle.stats().deferred_answers > before {
+            held = true;
+            break;
+        }
+    }
+    assert!(
+        held,
+        "the driver never held an answer: {:?}",
+        handle.stats()
+    );
+
+    // A caller that sleeps: nothing is held.
+    wait_for("callers spin again", &|| handle.stats().standbys > 0, true);
+    handle.caller_sleeps();
+    let before = handle.stats().deferred_answers;
+    peer.send_to(b"at once", addr).unwrap();
+    let (n, _) = peer.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"at once");
+    assert_eq!(
+        handle.stats().deferred_answers,
+        before,
+        "an answer was held for a caller that sleeps"
     );
 }

@@ -195,6 +195,9 @@ struct Shared<E> {
     /// The driver stands by ([`UdpDriver::stand_by`]): it will look at the endpoint within
     /// `standby::STANDBY_TICK` whatever happens on the socket.
     standing_by: AtomicBool,
+    /// The [`caller_polled`](Self::caller_polled) after which the driver last held an answer
+    /// it made itself (see [`UdpDriver::hold_answer`]): once per caller poll.
+    held_after: AtomicU64,
     /// The driver's thread, once it stood by ([`UdpDriver::stand_by`]): [`Shared::poke`]
     /// unparks it.
     driver_thread: OnceLock<std::thread::Thread>,
@@ -244,6 +247,7 @@ impl<E> Shared<E> {
             caller_polled: AtomicU64::new(0),
             caller_run: AtomicU64::new(0),
             standing_by: AtomicBool::new(false),
+            held_after: AtomicU64::new(0),
             answer_waits: AtomicBool::new(false),
             driver_thread: OnceLock::new(),
             driver_waiting: AtomicBool::new(false),
@@ -562,7 +566,11 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
         let shared = &self.shared;
         let mut recv = RecvBufs::new();
         let mut spin_until: Option<SimTime> = None;
+        let mut delivered = false;
         loop {
+            if std::mem::take(&mut delivered) {
+                self.hold_answer();
+            }
             // Send the backlog, then what the endpoint wants to send, and read its deadline
             // (no await under the lock; non-blocking sends keep the order queued).
             let (deadline, blocked, stand_by) = {
@@ -606,6 +614,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                     Ok(Some(rx)) => {
                         let wake = self.deliver(&recv);
                         drop(rx);
+                        delivered = true;
                         if wake {
                             shared.notify_changed();
                         }
@@ -636,6 +645,7 @@ impl<E: Endpoint + Send + 'static> UdpDriver<E> {
                         spin_until = Some(shared.now().plus_nanos(BUSY_POLL.as_nanos() as u64));
                         let wake = self.deliver(&recv);
                         drop(rx);
+                        delivered = true;
                         wake
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,

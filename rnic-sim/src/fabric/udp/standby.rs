@@ -23,7 +23,9 @@
 //! application posts on the message — and `SimDevice::poll_transmit` puts requests before
 //! pure ACKs, so the reply and the ACK leave in one GSO send. The next `progress`, any
 //! [`UdpHandle::with`] or the driver's next look (at most [`STANDBY_TICK`] later) sends it.
-//! Receive WRs posted in between ([`UdpHandle::with_local`]) leave it waiting.
+//! Receive WRs posted in between ([`UdpHandle::with_local`]) leave it waiting. An answer the
+//! driver itself made just after callers stopped spinning is held the same way, briefly
+//! ([`UdpDriver::hold_answer`]).
 //!
 //! Measured on two cores, release build, `rnic exec` on both sides, against `rnic ping --op
 //! send -S 64` in the same run: `ib_send_lat -s 64` round trip (2 × t_typical) 21–29 µs
@@ -50,6 +52,11 @@ const SPIN_POLLS: u64 = 32;
 /// 67 ms and more). Every look costs a spinning caller a context switch: with 100 µs,
 /// `ibv_rc_pingpong` took 24–30 µs per iteration instead of 17–23.
 const STANDBY_TICK: Duration = Duration::from_millis(1);
+
+/// How recent the callers' last poll is for the driver to hold an answer it made itself
+/// ([`UdpDriver::hold_answer`]): a program that stopped polling to spin on memory is heard
+/// by the driver within a scheduler slice or a [`STANDBY_TICK`].
+const HOLD_RECENT: Duration = Duration::from_millis(4);
 
 impl<E> Shared<E> {
     /// Records a caller's poll at `now_ns` (ns since the epoch, never 0).
@@ -126,6 +133,53 @@ impl<E: Endpoint> UdpDriver<E> {
             ..
         } = &mut *st;
         wake_filter.as_mut().is_none_or(|f| f(endpoint))
+    }
+}
+
+impl<E: Endpoint> UdpDriver<E> {
+    /// After the driver delivered datagrams: if the callers were spinning until a moment ago
+    /// ([`HOLD_RECENT`]) and did not say they sleep, holds what the endpoint queued in answer
+    /// for their next call, for at most [`BUSY_POLL`] — once per caller poll.
+    ///
+    /// A program that spins on memory for its peer's RDMA WRITE (perftest's `ib_write_lat`:
+    /// poll the CQ for its own WRITE's completion, then spin on the buffer) does not poll while
+    /// the peer's WRITE arrives, so the driver receives it. Sent at once, the ACK of that WRITE
+    /// leaves alone and the peer takes its completion before this side's WRITE follows: then
+    /// each side's WRITE lands while its program spins on memory, and is received only when
+    /// the driver gets a CPU from the two spinning programs — on two cores, when the
+    /// scheduler's slice ends (≈ 1–2 ms a message, measured). Held, the ACK leaves with the
+    /// WRITE the program posts a few µs later, the peer's poll receives both, and the programs
+    /// receive for themselves again.
+    pub(super) fn hold_answer(&self) {
+        let shared = &self.shared;
+        let last = shared.caller_polled.load(Ordering::Relaxed);
+        let now = shared.now();
+        if last == 0
+            || shared.caller_run.load(Ordering::Relaxed) < SPIN_POLLS
+            || now.as_nanos().saturating_sub(last) > HOLD_RECENT.as_nanos() as u64
+            || shared.held_after.swap(last, Ordering::Relaxed) == last
+        {
+            return;
+        }
+        {
+            let mut st = shared.lock_driver();
+            shared.answer_waits.store(true, Ordering::Relaxed);
+            // What callers receive meanwhile is answered in their next call too.
+            shared.standing_by.store(true, Ordering::Release);
+            st.stats.deferred_answers += 1;
+        }
+        shared.driver_thread.get_or_init(std::thread::current);
+        let until = now.plus_nanos(BUSY_POLL.as_nanos() as u64);
+        loop {
+            let now = shared.now();
+            if now >= until
+                || shared.poked.load(Ordering::Acquire)
+                || !shared.answer_waits.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            std::thread::park_timeout(Duration::from_nanos(until.as_nanos() - now.as_nanos()));
+        }
     }
 }
 
