@@ -12,16 +12,18 @@
 //!   DREQ ran out of retries);
 //! * `rnic check` over rping: the summary's counts and its exit status agree, and a run whose
 //!   client loses every REQ fails with the commands that rerun it;
+//! * a partition from the start, an RC loss window and an RC delay window: rping completes;
+//!   a server whose RNIC goes silent: its own work ends in `IBV_WC_RETRY_EXC_ERR`;
 //! * a probabilistic fault drawn from the seed fires at the same packet in two runs;
 //! * `rnic check` interrupted by SIGINT: exit 130, the partial summary says so, and no program
-//!   of the stopped run is left running;
+//!   of the stopped run is left running; killed by SIGKILL: nothing of the run is left either;
 //! * what makes every run fail is refused before the first (exit 2): a program not found, one
 //!   address for both sides, an address whose port 4791 is taken; and `rnic exec` refuses
 //!   `--check fail` (a program named `fail`) and a bad `RNIC_MTU`, and takes `;`-separated
 //!   `--fault` lists as `RNIC_FAULTS` does.
 //!
-//! Addresses 127.0.N.1 / 127.0.N.2, N in 226 … 229; `rnic check` on 127.0.232.x and
-//! 127.0.233.x; 127.0.234.x for what is refused before a run.
+//! Addresses 127.0.N.1 / 127.0.N.2, N in 226 … 229; `rnic check` on 127.0.232.x,
+//! 127.0.233.x and 127.0.235.x; 127.0.234.x for what is refused before a run.
 //!
 //!     cargo test -p rnic-cli --test check_faults -- --nocapture
 
@@ -208,6 +210,68 @@ fn lost_reqs_are_sent_again_and_all_lost_is_unreachable() {
         "no UNREACHABLE with ETIMEDOUT:\n{out}"
     );
     assert!(fired(&c).len() > 2, "{out}");
+}
+
+/// The network's faults on rping, end to end: a partition from the start that the CM's REQ
+/// retries outlast, an RC loss window and an RC delay window that the transport rides out
+/// (rping connects and completes every ping); and a server whose RNIC goes silent after 10
+/// completions (a host that lost power while the program runs): its own RDMA operations end
+/// in `IBV_WC_RETRY_EXC_ERR` (12), as an RNIC reports work its peer never acknowledged — not
+/// a flush, and no DISCONNECTED (nothing arrives to say the peer went).
+#[test]
+fn partition_rc_loss_and_silence_on_rping() {
+    let name = "partition_rc_loss_and_silence_on_rping";
+    if !tools_available(name, &["rping"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let net = Net::new(229);
+    for fault in [
+        "partition:0ms:100ms",
+        "drop:rc:0ms:10s:0.05",
+        "delay:rc:0ms:10s:2ms",
+    ] {
+        let (mut sp, cp) = rping_pair(&net, 20, &["--seed", "5", "--fault", fault]);
+        let mut s = server(&mut sp, "");
+        let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+        let (cs, ss) = (exit(&mut c), exit(&mut s));
+        let report = format!(
+            "{fault}\nclient: {}{}\nserver: {}",
+            c.stdout_text(),
+            c.stderr_text(),
+            s.stderr_text()
+        );
+        assert!(cs.success() && ss.success(), "{cs} {ss}\n{report}");
+        assert_eq!(
+            c.stdout_text().matches("ping data: ").count(),
+            20,
+            "{report}"
+        );
+        let fired = fired(&c);
+        assert!(
+            fired.len() == 1 && fired[0].starts_with(&format!("{fault} (first: ")),
+            "{fired:?}\n{report}"
+        );
+    }
+
+    let (mut sp, cp) = rping_pair(&net, 50, &[]);
+    sp.exec_args
+        .extend(["--fault".into(), "silence:after:10:completions".into()]);
+    let mut s = server(&mut sp, "");
+    let mut c = Running::spawn("client", &cp).unwrap_or_else(|e| panic!("{e}"));
+    let ss = exit(&mut s);
+    c.kill();
+    let out = format!("{}{}", s.stdout_text(), s.stderr_text());
+    assert!(!ss.success(), "{out}");
+    assert_eq!(
+        fired(&s),
+        ["silence:after:10:completions (completion 10)"],
+        "{out}"
+    );
+    assert!(
+        out.contains("cq completion failed status 12"),
+        "no RETRY_EXC_ERR on the silent server's own work:\n{out}"
+    );
 }
 
 /// ucmatose: the server disconnects first; the client, SIGKILLed on its DISCONNECTED, never
@@ -446,21 +510,21 @@ fn pgrep(pattern: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn rnic_check_interrupted_kills_its_programs_and_says_so() {
-    let name = "rnic_check_interrupted_kills_its_programs_and_says_so";
-    if !tools_available(name, &["rping", "pgrep"]) {
-        return;
-    }
-    let _slot = Slot::take();
-    // A client that pings for ever: every run would last until --timeout.
-    let mut check = Command::new(RNIC)
+/// Starts `rnic check` on 127.0.N.1/.2 with a client that pings for ever: every run would
+/// last until --timeout. Its stdout and stderr are piped.
+fn endless_rping_check(n: u8) -> std::process::Child {
+    let (server, client, port) = (
+        format!("127.0.{n}.1"),
+        format!("127.0.{n}.2"),
+        format!("19{n}"),
+    );
+    Command::new(RNIC)
         .args([
             "check",
             "--server-addr",
-            "127.0.233.1",
+            &server,
             "--client-addr",
-            "127.0.233.2",
+            &client,
             "--runs",
             "50",
             "--faults",
@@ -473,19 +537,52 @@ fn rnic_check_interrupted_kills_its_programs_and_says_so() {
             "-a",
             "{server}",
             "-p",
-            "19233",
+            &port,
             "--",
             "rping",
             "-c",
             "-a",
             "{server}",
             "-p",
-            "19233",
+            &port,
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{RNIC}: {e}"));
+        .unwrap_or_else(|e| panic!("{RNIC}: {e}"))
+}
+
+/// Waits until the first run of [`endless_rping_check`]`(n)` has both programs running.
+fn wait_for_rping_pair(check: &mut std::process::Child, n: u8) {
+    let server = format!("rping -s -a 127.0.{n}.1");
+    let client = format!("rping -c -a 127.0.{n}.1");
+    let deadline = Instant::now() + program_timeout();
+    while !(pgrep(&server).contains(&server) && pgrep(&client).contains(&client)) {
+        assert!(
+            check.try_wait().ok().flatten().is_none(),
+            "rnic check ended before its first run started"
+        );
+        assert!(Instant::now() < deadline, "no rping pair");
+        std::thread::sleep(POLL);
+    }
+}
+
+/// What of [`endless_rping_check`]`(n)`'s runs is still running: its programs and their
+/// `rnic exec`.
+fn left_running(n: u8) -> String {
+    pgrep(&format!(
+        "rping -[sc] -a 127.0.{n}\\.|exec --addr 127.0.{n}\\."
+    ))
+}
+
+#[test]
+fn rnic_check_interrupted_kills_its_programs_and_says_so() {
+    let name = "rnic_check_interrupted_kills_its_programs_and_says_so";
+    if !tools_available(name, &["rping", "pgrep"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let mut check = endless_rping_check(233);
     let stderr = check.stderr.take().map(std::io::BufReader::new);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -511,17 +608,7 @@ fn rnic_check_interrupted_kills_its_programs_and_says_so() {
         first.starts_with("rnic check: seeds ") && first.contains("(from the OS; --seed "),
         "{first}"
     );
-    // The first run has started when both programs run.
-    let (server, client) = ("rping -s -a 127.0.233.1", "rping -c -a 127.0.233.1");
-    let deadline = Instant::now() + program_timeout();
-    while !(pgrep(server).contains(server) && pgrep(client).contains(client)) {
-        assert!(
-            check.try_wait().ok().flatten().is_none(),
-            "rnic check ended: {err:?}"
-        );
-        assert!(Instant::now() < deadline, "no rping pair: {err:?}");
-        std::thread::sleep(POLL);
-    }
+    wait_for_rping_pair(&mut check, 233);
     let pid = nix::unistd::Pid::from_raw(check.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT)
         .unwrap_or_else(|e| panic!("SIGINT: {e}"));
@@ -539,11 +626,35 @@ fn rnic_check_interrupted_kills_its_programs_and_says_so() {
         "{text}"
     );
     // Nothing of the stopped run is left: neither program nor its rnic exec.
-    for left in [
-        pgrep("rping -[sc] -a 127.0.233."),
-        pgrep("exec --addr 127.0.233."),
-    ] {
-        assert_eq!(left, "", "left running after rnic check");
+    assert_eq!(left_running(233), "", "left running after rnic check");
+}
+
+/// `rnic check` killed with SIGKILL (nothing of it runs to clean up): the kernel tells each
+/// `rnic exec` it started (SIGTERM on its parent's death), which passes it on to its program,
+/// so nothing of the run is left for long.
+#[test]
+fn rnic_check_killed_leaves_no_run_behind() {
+    let name = "rnic_check_killed_leaves_no_run_behind";
+    if !tools_available(name, &["rping", "pgrep"]) {
+        return;
+    }
+    let _slot = Slot::take();
+    let mut check = endless_rping_check(235);
+    wait_for_rping_pair(&mut check, 235);
+    check.kill().unwrap_or_else(|e| panic!("SIGKILL: {e}"));
+    let _ = check.wait();
+    let deadline = Instant::now() + program_timeout();
+    loop {
+        let left = left_running(235);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left running {:?} after rnic check's SIGKILL:\n{left}",
+            program_timeout()
+        );
+        std::thread::sleep(POLL);
     }
 }
 

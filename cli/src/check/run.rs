@@ -137,10 +137,14 @@ fn spawn(rnic: &Path, s: &SideSpec) -> std::io::Result<Child> {
     let _ = std::fs::remove_file(&s.report);
     let log = std::fs::File::create(&s.log)?;
     let mut cmd = Command::new(rnic);
-    cmd.args(&s.args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    cmd.env(
+        crate::exec::supervise::DIE_WITH_ENV,
+        std::process::id().to_string(),
+    )
+    .args(&s.args)
+    .stdin(Stdio::null())
+    .stdout(log.try_clone()?)
+    .stderr(log);
     cmd.spawn()
 }
 

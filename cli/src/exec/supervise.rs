@@ -138,6 +138,33 @@ fn in_terminal_foreground() -> bool {
         .is_some_and(|pg| pg == nix::unistd::getpgrp())
 }
 
+/// Set by `rnic check` on each `rnic exec` it starts: its own process ID. When that process
+/// dies, even of SIGKILL, the kernel sends `rnic exec` SIGTERM (`PR_SET_PDEATHSIG`, prctl(2)),
+/// which is passed on to the program like any SIGTERM: no run outlives its `rnic check`.
+pub const DIE_WITH_ENV: &str = "RNIC_EXEC_DIE_WITH";
+
+/// Asks for SIGTERM when the process named by [`DIE_WITH_ENV`] (the parent) dies, and keeps
+/// the variable from the program. Returns `false` when that parent is gone already (the
+/// signal would never come): the program must not start.
+fn die_with_parent(cmd: &mut Command) -> bool {
+    cmd.env_remove(DIE_WITH_ENV);
+    let Some(parent) = std::env::var(DIE_WITH_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<i32>().ok())
+    else {
+        return true;
+    };
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
+        eprintln!("rnic exec: cannot ask for a signal when rnic check dies ({e})");
+    }
+    // Checked after asking: a parent that died before is not our parent any more.
+    if nix::unistd::getppid() != Pid::from_raw(parent) {
+        eprintln!("rnic exec: rnic check (process {parent}) is gone; the program does not start");
+        return false;
+    }
+    true
+}
+
 /// Runs the program (see the module docs) and returns the status to exit with.
 pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
     // Caught from now on, queued until the forwarder runs.
@@ -149,6 +176,9 @@ pub fn run(opts: &ExecOptions, mut cmd: Command) -> ExitCode {
             None
         }
     };
+    if !die_with_parent(&mut cmd) {
+        return ExitCode::from(143);
+    }
     let rnic = prepare(&cmd).unwrap_or_else(|e| {
         eprintln!("rnic exec: {e}; the program runs without a supervisor");
         None
