@@ -253,6 +253,10 @@ impl Summary {
                         .collect::<Vec<_>>()
                         .join("; ")
                 );
+            } else if !faults.is_empty() {
+                // A fault at a time that fell after the programs' traffic, or on an event that
+                // never came: what happened in the run is not the fault's doing.
+                let _ = writeln!(t, "  fired: none (the run ended as it would without it)");
             }
             let _ = writeln!(t, "  server: {}", self.command(&o.server_args));
             let _ = writeln!(t, "  client: {}", self.command(&o.client_args));
@@ -328,5 +332,37 @@ mod tests {
             class("partition:1s:1s (first: a datagram sent)"),
             "partition"
         );
+    }
+
+    #[test]
+    fn a_failing_seed_says_whether_its_fault_fired() {
+        let info = Info {
+            rnic: "rnic".into(),
+            dir: PathBuf::from("/tmp/x"),
+            rerun_prefix: vec!["rnic".into(), "check".into()],
+        };
+        let run = |seed: u64, fired: &[&str]| Outcome {
+            seed,
+            faults: vec![(Side::Client, "partition:80ms:30ms".into())],
+            reasons: vec!["client: exit 1".into()],
+            server: SideResult::default(),
+            client: SideResult {
+                fired: fired.iter().map(|f| f.to_string()).collect(),
+                ..SideResult::default()
+            },
+            server_args: Vec::new(),
+            client_args: Vec::new(),
+            logs: [PathBuf::from("s.log"), PathBuf::from("c.log")],
+        };
+        let fired = "partition:80ms:30ms (first: a datagram sent)";
+        let text = Summary::new(&info, vec![run(1, &[]), run(2, &[fired])]).text(false);
+        let (one, two) = text.split_once("seed 2:").unwrap_or_default();
+        assert!(
+            one.contains(
+                "seed 1: client: exit 1\n  faults: client partition:80ms:30ms\n  fired: none"
+            ),
+            "{text}"
+        );
+        assert!(two.contains(&format!("  fired: {fired}\n")), "{text}");
     }
 }
