@@ -10,8 +10,9 @@
 //!   `rnic exec` dies of signal 9, and the server's DISCONNECTED comes with status 0 (the DREP
 //!   `rnic exec` sends for the dead program); with `--on-death power-loss`, status -110 (the
 //!   DREQ ran out of retries);
-//! * `rnic check` over rping: the summary's counts and its exit status agree, and a run whose
-//!   client loses every REQ fails with the commands that rerun it;
+//! * `rnic check` over rping: the summary's counts and its exit status agree, a run whose
+//!   client loses every REQ fails with the commands that rerun it, and the rping server's
+//!   known finding fails a run unless `--allow` names its rule;
 //! * a partition from the start, an RC loss window and an RC delay window: rping completes;
 //!   a server whose RNIC goes silent: its own work ends in `IBV_WC_RETRY_EXC_ERR`;
 //! * a probabilistic fault drawn from the seed fires at the same packet in two runs;
@@ -461,6 +462,26 @@ fn rnic_check_over_rping_says_what_happened() {
                 .as_str()
                 .is_some_and(|d| d.starts_with("drop:REQ:*"))),
         "{text}"
+    );
+
+    // rping's server destroys its id before its QP (docs/check.md): a finding in every run,
+    // unless --allow names the rule; a name that is no rule is refused.
+    let no_faults = ["--runs", "1", "--seed", "3", "--faults", "none"];
+    let (code, out) = rnic_check(&no_faults, &server, &client);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("seed 3: server finding: destroy-id-with-qp: "),
+        "{out}"
+    );
+    let allowed = [&no_faults[..], &["--allow", "destroy-id-with-qp,leak"]].concat();
+    let (code, out) = rnic_check(&allowed, &server, &client);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("1 passed, 0 failed"), "{out}");
+    let (code, out) = rnic_check(&["--allow", "destroy-qp"], &server, &client);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("\"destroy-qp\" is not a rule of the checker: destroy-id-unacked-event, "),
+        "{out}"
     );
 }
 

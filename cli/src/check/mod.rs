@@ -58,6 +58,11 @@ pub struct CheckOptions {
     /// The exit status both programs must end with: a number, or `any` (any exit, no signal).
     #[arg(long, value_name = "N|any", default_value = "0", value_parser = parse_expect)]
     pub expect_exit: Expect,
+    /// A finding of this checker rule fails no run (repeatable, or comma-separated): a known
+    /// bug of the program, such as rping's `destroy-id-with-qp`, that would fail every run.
+    /// The findings stay in the logs and the JSON summary.
+    #[arg(long = "allow", value_name = "RULE", value_delimiter = ',', value_parser = parse_rule)]
+    pub allow: Vec<String>,
     /// The server's address (`{server}` in the arguments).
     #[arg(long, default_value = "127.0.200.1")]
     pub server_addr: Ipv4Addr,
@@ -94,6 +99,18 @@ fn parse_secs(s: &str) -> Result<f64, String> {
         .ok()
         .filter(|v| *v > 0.0 && *v < 1e6)
         .ok_or_else(|| format!("{s:?} is not a number of seconds > 0"))
+}
+
+fn parse_rule(s: &str) -> Result<String, String> {
+    let names = rnic::check::rules::Rule::ALL.map(|r| r.name());
+    if names.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a rule of the checker: {}",
+            names.join(", ")
+        ))
+    }
 }
 
 fn parse_expect(s: &str) -> Result<Expect, String> {
@@ -417,7 +434,7 @@ fn run_all(setup: &Setup, rnic: &Path, first: u64, runs: u64) -> Vec<summary::Ou
                 let stopped = r
                     .as_ref()
                     .is_ok_and(|(s, c)| by_interrupt(s) || by_interrupt(c));
-                let o = summary::Outcome::of(&plan, r, &setup.opts.expect_exit);
+                let o = summary::Outcome::of(&plan, r, &setup.opts);
                 if o.reasons.is_empty() || stopped {
                     for f in [
                         &plan.server.log,

@@ -2,6 +2,7 @@
 //! address with its faults, waited for with a deadline, and the verdict.
 
 use super::draw::Side;
+use super::CheckOptions;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -230,10 +231,10 @@ pub enum Expect {
 }
 
 /// Why a side failed, if it did: a hang, a signal other than the SIGKILL of a `kill:` fault
-/// that fired on it, an exit status other than `expect` (not judged when `faulted`: a kill,
-/// removal or silence fired on either side, after which a program may rightly fail), a
-/// finding of its report.
-pub fn verdict(side: &SideSpec, r: &SideResult, expect: &Expect, faulted: bool) -> Vec<String> {
+/// that fired on it, an exit status other than `--expect-exit` (not judged when `faulted`: a
+/// kill, removal or silence fired on either side, after which a program may rightly fail), a
+/// finding of its report whose rule `--allow` does not name.
+pub fn verdict(side: &SideSpec, r: &SideResult, opts: &CheckOptions, faulted: bool) -> Vec<String> {
     let name = match side.side {
         Side::Server => "server",
         Side::Client => "client",
@@ -246,12 +247,16 @@ pub fn verdict(side: &SideSpec, r: &SideResult, expect: &Expect, faulted: bool) 
         if !(kill_fired && sig == 9) {
             why.push(format!("{name} died of signal {sig}"));
         }
-    } else if let (Some(code), Expect::Code(want), false) = (r.exit, expect, faulted) {
+    } else if let (Some(code), Expect::Code(want), false) = (r.exit, &opts.expect_exit, faulted) {
         if code != *want {
             why.push(format!("{name} exited {code} (expected {want})"));
         }
     }
-    for f in &r.findings {
+    let allowed = |f: &String| {
+        f.split_once(':')
+            .is_some_and(|(rule, _)| opts.allow.iter().any(|a| a == rule))
+    };
+    for f in r.findings.iter().filter(|f| !allowed(f)) {
         why.push(format!("{name} finding: {f}"));
     }
     why

@@ -3,8 +3,8 @@
 //! text or JSON.
 
 use super::draw::Side;
-use super::run::{verdict, Expect, SideResult};
-use super::{quote, Plan};
+use super::run::{verdict, SideResult};
+use super::{quote, CheckOptions, Plan};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -58,7 +58,7 @@ impl Outcome {
     pub fn of(
         plan: &Plan,
         r: Result<(SideResult, SideResult), String>,
-        expect: &Expect,
+        opts: &CheckOptions,
     ) -> Outcome {
         let (server, client, mut reasons) = match r {
             Ok((s, c)) => (s, c, Vec::new()),
@@ -70,8 +70,8 @@ impl Outcome {
                 .any(|p| f.starts_with(p))
         });
         if reasons.is_empty() {
-            reasons.extend(verdict(&plan.server, &server, expect, faulted));
-            reasons.extend(verdict(&plan.client, &client, expect, faulted));
+            reasons.extend(verdict(&plan.server, &server, opts, faulted));
+            reasons.extend(verdict(&plan.client, &client, opts, faulted));
         }
         Outcome {
             seed: plan.seed,

@@ -170,7 +170,7 @@ pub fn tools_available(test: &str, progs: &[&str]) -> bool {
     let missing: Vec<&str> = progs.iter().copied().filter(|p| !on_path(p)).collect();
     let why = if !missing.is_empty() {
         Some(format!(
-            "{} not installed (Debian packages perftest, rdmacm-utils, qperf)",
+            "{} not installed (Debian packages perftest, rdmacm-utils, qperf, iperf3, sockperf)",
             missing.join(", ")
         ))
     } else {
