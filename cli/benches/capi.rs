@@ -9,9 +9,11 @@
 //! | `ib_send_lat -s 64 -n 10000`: the client's `t_typical` (and `t_avg`) | UDP ping-pong of 64-byte datagrams, blocking sockets: the median (and mean) round trip of 10 000, after 1 000 not counted, halved |
 //! | `ib_send_lat -s 64 -n 10000`: 2 × `t_typical`, a round trip | `rnic ping --op send -S 64 -C 10000` (rnic's own transport without the C ABI, both sides `rnic ping`): the client's median round trip |
 //! | `ibv_rc_pingpong -s 64 -n 10000` (spins on `ibv_poll_cq`): the client's `usec/iter`, a mean round trip | the same `rnic ping`'s mean round trip |
+//! | `ib_write_bw -s 65536 -n 2000` under `rnic exec --mtu 4096`: the client's `BW average` | `rnic ping --op write -S 65536 --mtu 4096 --depth 16 -C 2000`: its throughput |
 //!
-//! The last two rows hold the C ABI to the transport's speed: a program that busy-polls through
-//! librnic within 1.2× of what `rnic ping` does on the same transport.
+//! The last three rows hold the C ABI to the transport's speed: a program that busy-polls
+//! through librnic within 1.2× of `rnic ping`'s round trip, and perftest's WRITE stream at
+//! least 0.8× of `rnic ping`'s on the same transport and MTU.
 //!
 //! Units are perftest's: MB/s is 2^20 bytes per second (perftest's `MB/sec`), and a latency
 //! is one way, half of a round trip — perftest's `t_typical` is the median of its round trips
@@ -90,6 +92,8 @@ const BW_SIZE: usize = 65536;
 const BW_ITERS: u32 = 2000;
 /// 64 KiB chunks the TCP baseline writes per round: 2 GiB.
 const TCP_CHUNKS: u64 = 32_768;
+/// The MTU of the WRITE-stream row against `rnic ping --op write` (both sides).
+const BW_MTU: u32 = 4096;
 /// perftest's latency message size and the UDP datagram's.
 const LAT_SIZE: usize = 64;
 /// `ib_send_lat -n` and the UDP baseline's counted round trips.
@@ -159,13 +163,25 @@ fn main() {
             2,
             Goal::RatioAtMost(1.2),
         ),
+        Row::new(
+            "ib_write_bw_mtu4096",
+            "ib_write_bw -s 65536 (MTU 4096), BW average",
+            Some("rnic ping --op write -S 65536 --mtu 4096 --depth 16"),
+            "MB/s",
+            1,
+            Goal::RatioAtLeast(0.8),
+        ),
     ];
     for r in 1..=rounds {
         println!("===== capi bench: round {r}/{rounds} =====");
-        let Some(bw) = perftest_write_bw(r) else {
+        let Some(bw) = perftest_write_bw(r, None) else {
             return;
         };
         let tcp = tcp_stream_round();
+        let Some(bw4096) = perftest_write_bw(r, Some(BW_MTU)) else {
+            return;
+        };
+        let ping_bw = rnic_ping_write_round(r);
         let Some((typical, avg)) = perftest_send_lat(r) else {
             return;
         };
@@ -175,15 +191,18 @@ fn main() {
             return;
         };
         println!(
-            "round {r}: ib_write_bw {bw:.1} MB/s, TCP {tcp:.1} MB/s; ib_send_lat t_typical {typical:.2} \
+            "round {r}: ib_write_bw {bw:.1} MB/s, TCP {tcp:.1} MB/s; MTU 4096: ib_write_bw \
+             {bw4096:.1} MB/s, rnic ping {ping_bw:.1} MB/s; ib_send_lat t_typical {typical:.2} \
              µs, t_avg {avg:.2} µs; UDP RTT/2 median {:.2} µs, mean {:.2} µs; rnic ping RTT median \
              {ping_median:.2} µs, mean {ping_mean:.2} µs; ibv_rc_pingpong {rc:.2} µs/iter",
             median_rtt / 2.0,
             mean_rtt / 2.0
         );
-        let [w, t, a, rtt, pp] = &mut rows;
+        let [w, t, a, rtt, pp, w4] = &mut rows;
         w.rnic.push(bw);
         w.baseline.push(tcp);
+        w4.rnic.push(bw4096);
+        w4.baseline.push(ping_bw);
         t.rnic.push(typical);
         t.baseline.push(median_rtt / 2.0);
         a.rnic.push(avg);
@@ -208,17 +227,18 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // perftest through librnic.so
 
-/// One `ib_write_bw -s 65536` pair: the client's `BW average` (MB/s). `None`: skipped.
-fn perftest_write_bw(round: usize) -> Option<f64> {
+/// One `ib_write_bw -s 65536` pair, both under `rnic exec` with `--mtu mtu` when given (else
+/// librnic's default, 1024): the client's `BW average` (MB/s). `None`: skipped.
+fn perftest_write_bw(round: usize, mtu: Option<u32>) -> Option<f64> {
     let p = Perftest {
         tool: "ib_write_bw",
         rdma_cm: false,
         iters: BW_ITERS,
         size: Some(BW_SIZE as u64),
         extra: Vec::new(),
-        exec_args: Vec::new(),
+        exec_args: mtu.map_or_else(Vec::new, |m| vec!["--mtu".into(), m.to_string()]),
     };
-    let r = run_perftest(&format!("ib_write_bw round {round}"), BW_NET, &p)?;
+    let r = run_perftest(&format!("ib_write_bw {mtu:?} round {round}"), BW_NET, &p)?;
     Some(
         r.client_value("BW average")
             .unwrap_or_else(|| r.outcome.fail("no `BW average` in the client's table")),
@@ -290,12 +310,51 @@ fn rc_pingpong_round(round: usize) -> Option<f64> {
 /// One `rnic ping --op send -S 64 -C 10000` pair: the client's median and mean round trip
 /// (µs), from its `--json` report.
 fn rnic_ping_round(round: usize) -> (f64, f64) {
+    let count = LAT_ITERS.to_string();
+    let (json, report) = rnic_ping_pair(round, &[], &["--op", "send", "-S", "64", "-C", &count]);
+    let field = |name: &str| {
+        json["latency"][name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no latency.{name} in rnic ping's report: {report}"))
+    };
+    (field("median_us"), field("mean_us"))
+}
+
+/// One `rnic ping --op write -S 65536 --mtu 4096 --depth 16` pair ([`BW_ITERS`] WRITEs): the
+/// client's throughput (MB/s), from its `--json` report.
+fn rnic_ping_write_round(round: usize) -> f64 {
+    let (count, mtu) = (BW_ITERS.to_string(), BW_MTU.to_string());
+    let size = BW_SIZE.to_string();
+    let (json, report) = rnic_ping_pair(
+        round,
+        &["--mtu", &mtu],
+        &[
+            "--op", "write", "-S", &size, "--mtu", &mtu, "--depth", "16", "-C", &count,
+        ],
+    );
+    let field = |name: &str| {
+        json["throughput"][name]
+            .as_f64()
+            .filter(|v| *v > 0.0)
+            .unwrap_or_else(|| panic!("no throughput.{name} in rnic ping's report: {report}"))
+    };
+    field("bytes") / field("seconds") / MB
+}
+
+/// Runs `rnic ping -l … --once --json` (with `server_args`) and `rnic ping -c … --json` (with
+/// `client_args`) on [`PING_NET`]: the client's report, parsed and as printed.
+fn rnic_ping_pair(
+    round: usize,
+    server_args: &[&str],
+    client_args: &[&str],
+) -> (serde_json::Value, String) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let listen = format!("{}:{}", PING_NET.server_ip(), PING_NET.port);
     let mut server = or_die(
         Command::new(RNIC)
             .args(["ping", "-l", &listen, "--once", "--json"])
+            .args(server_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn(),
@@ -315,15 +374,8 @@ fn rnic_ping_round(round: usize) -> (f64, f64) {
     let out = or_die(
         Command::new(RNIC)
             .args(["ping", "-c", &listen, "-I", &PING_NET.client_ip()])
-            .args([
-                "--op",
-                "send",
-                "-S",
-                "64",
-                "-C",
-                &LAT_ITERS.to_string(),
-                "--json",
-            ])
+            .args(client_args)
+            .arg("--json")
             .stderr(Stdio::inherit())
             .output(),
         "rnic ping -c",
@@ -332,18 +384,13 @@ fn rnic_ping_round(round: usize) -> (f64, f64) {
         rest.for_each(drop);
     }
     let _ = server.wait();
-    let report = String::from_utf8_lossy(&out.stdout);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "rnic ping -c (round {round}) failed: {report}"
+        "rnic ping -c {client_args:?} (round {round}) failed: {report}"
     );
-    let json: serde_json::Value = or_die(serde_json::from_str(&report), "rnic ping's report");
-    let field = |name: &str| {
-        json["latency"][name]
-            .as_f64()
-            .unwrap_or_else(|| panic!("no latency.{name} in rnic ping's report: {report}"))
-    };
-    (field("median_us"), field("mean_us"))
+    let json = or_die(serde_json::from_str(&report), "rnic ping's report");
+    (json, report)
 }
 
 // ---------------------------------------------------------------------------------------------
