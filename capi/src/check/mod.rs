@@ -148,7 +148,7 @@ pub fn finish(exit: Exit<'_>) -> Option<Report> {
                 Exit::Signal(sig) => {
                     incomplete = Some(format!(
                         "the program died of signal {sig} ({}): the rules checked at exit \
-                         were not",
+                         were not checked",
                         signal_name(sig)
                     ))
                 }

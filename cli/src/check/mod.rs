@@ -60,7 +60,7 @@ pub struct CheckOptions {
     pub expect_exit: Expect,
     /// A finding of this checker rule fails no run (repeatable, or comma-separated): a known
     /// bug of the program, such as rping's `destroy-id-with-qp`, that would fail every run.
-    /// The findings stay in the logs and the JSON summary.
+    /// A failing run's reports keep them; a passing run's logs are not kept.
     #[arg(long = "allow", value_name = "RULE", value_delimiter = ',', value_parser = parse_rule)]
     pub allow: Vec<String>,
     /// The server's address (`{server}` in the arguments).

@@ -254,9 +254,9 @@ impl Summary {
                         .join("; ")
                 );
             } else if !faults.is_empty() {
-                // A fault at a time that fell after the programs' traffic, or on an event that
-                // never came: what happened in the run is not the fault's doing.
-                let _ = writeln!(t, "  fired: none (the run ended as it would without it)");
+                // A fault at a time after the programs' traffic (or after the deadline), or on
+                // an event that never came: what happened in the run is not the fault's doing.
+                let _ = writeln!(t, "  fired: none (not before the run ended)");
             }
             let _ = writeln!(t, "  server: {}", self.command(&o.server_args));
             let _ = writeln!(t, "  client: {}", self.command(&o.client_args));
